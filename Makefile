@@ -1,0 +1,24 @@
+EXTENSION = redislock
+EXTVERSION = 1.0
+
+MODULE_big = redislock
+OBJS = src/redislock.o src/connection.o src/scripts.o src/option.o \
+	src/lock.o src/stock.o src/xact.o
+SHLIB_LINK = -lhiredis
+
+DATA = sql/redislock--1.0.sql
+
+REGRESS = setup fdw_options errors locks stacking transactions stock \
+	binary_keys privileges
+REGRESS_OPTS = --inputdir=.
+
+ISOLATION = lock_wait lock_rollback savepoint_release stock_no_oversell
+ISOLATION_OPTS = --inputdir=test
+
+TAP_TESTS = 1
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+PG_CPPFLAGS += -Wall -Wmissing-prototypes

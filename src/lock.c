@@ -1,0 +1,881 @@
+/*-------------------------------------------------------------------------
+ *
+ * lock.c
+ *		Redis locks held by this backend, and their SQL functions.
+ *
+ * A lock is a Redis key set with SET NX PX to this backend's owner token,
+ * the same shape every Redis lock client uses, so that they exclude each
+ * other.  Holds stack as PostgreSQL advisory locks do: the backend keeps a
+ * count of session holds and of transaction holds per subtransaction level,
+ * and the Redis key is deleted when the last hold ends.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "common/pg_prng.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/tuplestore.h"
+
+#include "redislock.h"
+
+/* Backoff between attempts while waiting for a lock, in ms */
+#define WAIT_MIN_DELAY_MS	1
+#define WAIT_MAX_DELAY_MS	50
+
+/* What identifies a lock: the foreign server and the full Redis key */
+typedef struct LockTag
+{
+	Oid			serverid;
+	int			keylen;
+	const char *key;
+} LockTag;
+
+/* Transaction holds taken at one subtransaction nesting level */
+typedef struct LevelHolds
+{
+	int			level;
+	int			count;
+} LevelHolds;
+
+typedef struct HeldLock
+{
+	LockTag		tag;			/* hash key; tag.key is owned by the entry */
+	RedisConn  *conn;			/* where the lock was taken */
+	int			prefixlen;		/* the user's key starts after the prefix */
+	int			session_holds;
+	int			xact_holds;		/* sum of the counts in levels */
+	LevelHolds *levels;			/* ascending nesting levels */
+	int			nlevels;
+	int			maxlevels;
+	bool		in_redis;		/* may exist in Redis with our token */
+	int64		fence;			/* 0 until acquired */
+	int			ttl_ms;
+	TimestampTz acquired_at;
+	TimestampTz lease_expires_at;
+} HeldLock;
+
+static HTAB *held_locks = NULL;
+static MemoryContext locks_cxt = NULL;
+
+PG_FUNCTION_INFO_V1(redis_lock_acquire);
+PG_FUNCTION_INFO_V1(redis_lock_acquire_session);
+PG_FUNCTION_INFO_V1(redis_lock_release);
+PG_FUNCTION_INFO_V1(redis_lock_release_all);
+PG_FUNCTION_INFO_V1(redis_lock_extend);
+PG_FUNCTION_INFO_V1(redis_lock_fence);
+PG_FUNCTION_INFO_V1(redis_locks);
+
+static uint32
+lock_tag_hash(const void *key, Size keysize)
+{
+	const LockTag *tag = (const LockTag *) key;
+
+	return hash_combine(murmurhash32(tag->serverid),
+						hash_bytes((const unsigned char *) tag->key,
+								   tag->keylen));
+}
+
+static int
+lock_tag_compare(const void *key1, const void *key2, Size keysize)
+{
+	const LockTag *a = (const LockTag *) key1;
+	const LockTag *b = (const LockTag *) key2;
+
+	if (a->serverid != b->serverid || a->keylen != b->keylen)
+		return 1;
+	return memcmp(a->key, b->key, a->keylen);
+}
+
+/* The table lives as long as the backend, for session locks */
+static void
+init_held_locks(void)
+{
+	HASHCTL		ctl;
+
+	locks_cxt = AllocSetContextCreate(TopMemoryContext, "redislock locks",
+									  ALLOCSET_DEFAULT_SIZES);
+	ctl.keysize = sizeof(LockTag);
+	ctl.entrysize = sizeof(HeldLock);
+	ctl.hash = lock_tag_hash;
+	ctl.match = lock_tag_compare;
+	ctl.hcxt = locks_cxt;
+	held_locks = hash_create("redislock held locks", 64, &ctl,
+							 HASH_ELEM | HASH_FUNCTION | HASH_COMPARE |
+							 HASH_CONTEXT);
+}
+
+static HeldLock *
+find_lock(Oid serverid, const char *rkey, int rkeylen)
+{
+	LockTag		tag;
+
+	if (held_locks == NULL)
+		init_held_locks();
+	tag.serverid = serverid;
+	tag.keylen = rkeylen;
+	tag.key = rkey;
+	return (HeldLock *) hash_search(held_locks, &tag, HASH_FIND, NULL);
+}
+
+/*
+ * An entry with no holds, made before Redis is asked, so that nothing can
+ * fail between Redis granting the lock and the backend recording it.
+ */
+static HeldLock *
+create_lock(RedisConn *conn, const char *rkey, int rkeylen)
+{
+	LockTag		tag;
+	HeldLock   *lock;
+	bool		found;
+
+	tag.serverid = conn->serverid;
+	tag.keylen = rkeylen;
+	tag.key = MemoryContextStrdup(locks_cxt, rkey);
+	lock = (HeldLock *) hash_search(held_locks, &tag, HASH_ENTER, &found);
+	Assert(!found);
+
+	lock->conn = conn;
+	lock->prefixlen = strlen(conn->key_prefix);
+	lock->session_holds = 0;
+	lock->xact_holds = 0;
+	lock->maxlevels = 4;
+	lock->levels = MemoryContextAlloc(locks_cxt,
+									  sizeof(LevelHolds) * lock->maxlevels);
+	lock->nlevels = 0;
+	lock->in_redis = false;
+	lock->fence = 0;
+	lock->ttl_ms = 0;
+	redis_conn_pin(conn);
+	return lock;
+}
+
+static void
+remove_lock(HeldLock *lock)
+{
+	char	   *key = (char *) lock->tag.key;
+	RedisConn  *conn = lock->conn;
+
+	pfree(lock->levels);
+	hash_search(held_locks, &lock->tag, HASH_REMOVE, NULL);
+	pfree(key);
+	redis_conn_unpin(conn);
+}
+
+static int
+total_holds(const HeldLock *lock)
+{
+	return lock->session_holds + lock->xact_holds;
+}
+
+/* The key as the user wrote it, without the server's prefix */
+static const char *
+user_key(const HeldLock *lock)
+{
+	return lock->tag.key + lock->prefixlen;
+}
+
+static void
+add_hold(HeldLock *lock, bool session)
+{
+	int			level = GetCurrentTransactionNestLevel();
+
+	if (session)
+	{
+		lock->session_holds++;
+		return;
+	}
+	if (lock->nlevels == 0 || lock->levels[lock->nlevels - 1].level != level)
+	{
+		if (lock->nlevels == lock->maxlevels)
+		{
+			lock->maxlevels *= 2;
+			lock->levels = repalloc(lock->levels,
+									sizeof(LevelHolds) * lock->maxlevels);
+		}
+		lock->levels[lock->nlevels].level = level;
+		lock->levels[lock->nlevels].count = 0;
+		lock->nlevels++;
+	}
+	lock->levels[lock->nlevels - 1].count++;
+	lock->xact_holds++;
+}
+
+/*
+ * End one hold: a session hold if there is one, as those are what explicit
+ * release is for, otherwise the innermost transaction hold.
+ */
+static void
+drop_one_hold(HeldLock *lock)
+{
+	if (lock->session_holds > 0)
+	{
+		lock->session_holds--;
+		return;
+	}
+	Assert(lock->nlevels > 0);
+	lock->xact_holds--;
+	if (--lock->levels[lock->nlevels - 1].count == 0)
+		lock->nlevels--;
+}
+
+/* The lock and the time its lease, renewed at now, runs out */
+static void
+set_lease(HeldLock *lock, int ttl_ms)
+{
+	lock->ttl_ms = ttl_ms;
+	lock->lease_expires_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														 ttl_ms);
+}
+
+/*
+ * The key of the fencing counter.  It must hash to the lock's Redis Cluster
+ * slot, so it reuses the lock key's hash tag, or makes the whole lock key
+ * its tag.  A key containing '}' but no hash tag cannot be made a tag; its
+ * counter then sits in another slot, which only matters on a Cluster.
+ */
+static char *
+fence_key_for(const char *rkey, int rkeylen, int *len)
+{
+	const char *open = memchr(rkey, '{', rkeylen);
+	const char *close = open ? memchr(open + 1, '}', rkeylen - (open + 1 - rkey)) : NULL;
+	bool		has_tag = (close != NULL && close > open + 1);
+	char	   *fkey;
+
+	if (has_tag || memchr(rkey, '}', rkeylen) != NULL)
+		fkey = psprintf("%s:fence", rkey);
+	else
+		fkey = psprintf("{%s}:fence", rkey);
+	*len = strlen(fkey);
+	return fkey;
+}
+
+/* Add the lock's key to a call */
+static void
+add_lock_key(RedisCall *call, const HeldLock *lock)
+{
+	redis_call_arg(call, lock->tag.key, lock->tag.keylen);
+}
+
+static void
+add_token_arg(RedisCall *call)
+{
+	const char *token = redislock_owner_token();
+
+	redis_call_arg(call, token, strlen(token));
+}
+
+/* Make call the script that resets the lease of lock to ttl_ms if ours */
+static void
+prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
+{
+	redis_call_init(call, lock->conn, &extend_script);
+	call->nkeys = 1;
+	add_lock_key(call, lock);
+	add_token_arg(call);
+	redis_call_int_arg(call, ttl_ms);
+	call->origin = lock;
+}
+
+static void
+prepare_release(RedisCall *call, HeldLock *lock)
+{
+	redis_call_init(call, lock->conn, &release_script);
+	call->nkeys = 1;
+	add_lock_key(call, lock);
+	add_token_arg(call);
+	call->origin = lock;
+}
+
+/*
+ * The integer answer of a compare-and-act script, raising an error for any
+ * other answer.
+ */
+static long long
+script_result(const RedisCall *call, const char *key)
+{
+	if (call->reply_type != REDIS_REPLY_INTEGER)
+		redis_unexpected_reply(call, key, ERROR);
+	return call->integer;
+}
+
+/* One attempt at taking the lock in Redis: true when taken */
+static bool
+try_acquire(HeldLock *lock, int ttl_ms)
+{
+	RedisCall	call;
+	int			fkeylen;
+	char	   *fkey = fence_key_for(lock->tag.key, lock->tag.keylen, &fkeylen);
+	long long	fence;
+
+	redis_call_init(&call, lock->conn, &acquire_script);
+	call.nkeys = 2;
+	add_lock_key(&call, lock);
+	redis_call_arg(&call, fkey, fkeylen);
+	add_token_arg(&call);
+	redis_call_int_arg(&call, ttl_ms);
+
+	lock->in_redis = true;		/* from here on the outcome may be unknown */
+	redis_run(&call, 1, ERROR);
+	fence = script_result(&call, user_key(lock));
+	if (fence == 0)
+	{
+		lock->in_redis = false;
+		return false;
+	}
+	lock->fence = fence;
+	lock->acquired_at = GetCurrentTimestamp();
+	set_lease(lock, ttl_ms);
+	return true;
+}
+
+/*
+ * Sleep before the next attempt: capped exponential backoff with jitter, so
+ * waiters do not hammer Redis in step.  The latch wakes us for query cancel
+ * and statement_timeout; lock_timeout is enforced here, as for a lock wait.
+ * Returns false when wait_ms has run out.
+ */
+static bool
+wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
+				  int *delay_ms)
+{
+	long		elapsed = TimestampDifferenceMilliseconds(start,
+														  GetCurrentTimestamp());
+	long		limit = -1;
+	long		sleep_ms;
+	bool		lock_timeout_limits = false;
+
+	if (wait_ms > 0)
+		limit = wait_ms;
+	if (LockTimeout > 0 && (limit < 0 || LockTimeout < limit))
+	{
+		limit = LockTimeout;
+		lock_timeout_limits = true;
+	}
+
+	if (limit >= 0 && elapsed >= limit)
+	{
+		if (lock_timeout_limits)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("canceling statement due to lock timeout"),
+					 errdetail("Waited %ld ms for Redis lock \"%s\" at %s.",
+							   elapsed, user_key(lock), lock->conn->endpoint)));
+		return false;
+	}
+
+	sleep_ms = *delay_ms / 2 +
+		(long) (pg_prng_double(&pg_global_prng_state) * (*delay_ms / 2 + 1));
+	if (limit >= 0)
+		sleep_ms = Min(sleep_ms, limit - elapsed);
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 Max(sleep_ms, 1), redislock_wait_event);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+
+	*delay_ms = Min(*delay_ms * 2, WAIT_MAX_DELAY_MS);
+	return true;
+}
+
+/* Take the lock in Redis, waiting as wait_ms says */
+static bool
+acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	int			delay_ms = WAIT_MIN_DELAY_MS;
+
+	redis_conn_connect(lock->conn);
+	while (!try_acquire(lock, ttl_ms))
+	{
+		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Acquiring a lock the backend holds confirms in Redis that it is still
+ * ours and renews the lease.  A lost lease is an error: the holds taken so
+ * far were not protected, and silently re-taking the lock would hide that.
+ */
+static void
+renew_held_lock(HeldLock *lock, int ttl_ms)
+{
+	RedisCall	call;
+
+	prepare_extend(&call, lock, ttl_ms);
+	redis_run(&call, 1, ERROR);
+	if (script_result(&call, user_key(lock)) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease of Redis lock \"%s\" at %s was lost",
+						user_key(lock), lock->conn->endpoint),
+				 errdetail("The lock expired or another client took it while this backend held it."),
+				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
+	set_lease(lock, ttl_ms);
+}
+
+static int
+validated_ttl(FunctionCallInfo fcinfo, int argno)
+{
+	int			ttl_ms;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("ttl_ms must not be null")));
+	ttl_ms = PG_GETARG_INT32(argno);
+	if (ttl_ms <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl_ms must be greater than zero: %d", ttl_ms)));
+	return ttl_ms;
+}
+
+static int
+validated_wait(FunctionCallInfo fcinfo, int argno)
+{
+	int			wait_ms;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("wait_ms must not be null")));
+	wait_ms = PG_GETARG_INT32(argno);
+	if (wait_ms < -1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_ms must be -1 (no limit), 0 (no wait) or a number of milliseconds: %d",
+						wait_ms)));
+	return wait_ms;
+}
+
+/*
+ * The held lock for a key argument on redislock.server; *rkey_out receives
+ * the Redis key.  Returns NULL when the backend has no entry for it.
+ */
+static HeldLock *
+lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
+			   char **rkey_out, int *rkeylen_out)
+{
+	int			keylen;
+	char	   *key = validated_key(PG_GETARG_DATUM(0), PG_ARGISNULL(0),
+									&keylen);
+	RedisConn  *conn = redis_conn_current();
+	int			rkeylen;
+	char	   *rkey = redis_key_for(conn, key, keylen, &rkeylen);
+
+	if (conn_out)
+		*conn_out = conn;
+	if (rkey_out)
+		*rkey_out = rkey;
+	if (rkeylen_out)
+		*rkeylen_out = rkeylen;
+	return find_lock(conn->serverid, rkey, rkeylen);
+}
+
+static bool
+acquire_lock(FunctionCallInfo fcinfo, bool session)
+{
+	int			ttl_ms = validated_ttl(fcinfo, 1);
+	int			wait_ms = validated_wait(fcinfo, 2);
+	RedisConn  *conn;
+	char	   *rkey;
+	int			rkeylen;
+	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, &rkey, &rkeylen);
+
+	if (lock != NULL && total_holds(lock) > 0)
+		renew_held_lock(lock, ttl_ms);
+	else
+	{
+		if (lock == NULL)
+			lock = create_lock(conn, rkey, rkeylen);
+		if (!acquire_in_redis(lock, ttl_ms, wait_ms))
+		{
+			remove_lock(lock);
+			return false;
+		}
+	}
+	add_hold(lock, session);
+	return true;
+}
+
+/*
+ * redis_lock_acquire(key, ttl_ms, wait_ms): a lock held until the end of
+ * the transaction (or of the savepoint it was taken in, on rollback)
+ */
+Datum
+redis_lock_acquire(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_lock(fcinfo, false));
+}
+
+/* redis_lock_acquire_session(key, ttl_ms, wait_ms): held until released */
+Datum
+redis_lock_acquire_session(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_lock(fcinfo, true));
+}
+
+static void
+warn_not_held(const char *key)
+{
+	ereport(WARNING,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("you do not hold Redis lock \"%s\"", key)));
+}
+
+static void
+warn_lost(HeldLock *lock)
+{
+	ereport(WARNING,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("lease of Redis lock \"%s\" at %s was lost",
+					user_key(lock), lock->conn->endpoint),
+			 errdetail("The lock expired or another client took it; the key was left alone.")));
+}
+
+/*
+ * redis_lock_release(key): end one hold.  The last hold deletes the key in
+ * Redis, but only if it still carries our token.  Local state changes only
+ * once Redis has answered, so a failed release can be retried.
+ */
+Datum
+redis_lock_release(PG_FUNCTION_ARGS)
+{
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	RedisCall	call;
+	bool		released;
+
+	if (lock == NULL || total_holds(lock) == 0)
+	{
+		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+		PG_RETURN_BOOL(false);
+	}
+	if (total_holds(lock) > 1)
+	{
+		drop_one_hold(lock);
+		PG_RETURN_BOOL(true);
+	}
+
+	prepare_release(&call, lock);
+	redis_run(&call, 1, ERROR);
+	released = (script_result(&call, user_key(lock)) == 1);
+	if (!released)
+		warn_lost(lock);
+	remove_lock(lock);
+	PG_RETURN_BOOL(released);
+}
+
+/*
+ * redis_lock_release_all(): end every hold, session and transaction alike,
+ * in one round trip per Redis server.  Returns how many keys were released;
+ * locks whose lease was lost are reported and not counted.
+ */
+Datum
+redis_lock_release_all(PG_FUNCTION_ARGS)
+{
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+	RedisCall  *calls;
+	int			ncalls = 0;
+	int			released = 0;
+	int			i;
+
+	if (held_locks == NULL)
+		PG_RETURN_INT32(0);
+
+	calls = palloc(sizeof(RedisCall) * Max(hash_get_num_entries(held_locks), 1));
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+		if (lock->in_redis)
+			prepare_release(&calls[ncalls++], lock);
+
+	redis_run(calls, ncalls, ERROR);
+	for (i = 0; i < ncalls; i++)
+	{
+		HeldLock   *done = (HeldLock *) calls[i].origin;
+
+		if (script_result(&calls[i], user_key(done)) == 1)
+			released++;
+		else if (total_holds(done) > 0)
+			warn_lost(done);
+	}
+	for (i = 0; i < ncalls; i++)
+		remove_lock((HeldLock *) calls[i].origin);
+	PG_RETURN_INT32(released);
+}
+
+/*
+ * redis_lock_extend(key, ttl_ms): reset the lease of a held lock, only if
+ * Redis shows it is still ours
+ */
+Datum
+redis_lock_extend(PG_FUNCTION_ARGS)
+{
+	int			ttl_ms = validated_ttl(fcinfo, 1);
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	RedisCall	call;
+
+	if (lock == NULL || total_holds(lock) == 0)
+	{
+		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+		PG_RETURN_BOOL(false);
+	}
+
+	prepare_extend(&call, lock, ttl_ms);
+	redis_run(&call, 1, ERROR);
+	if (script_result(&call, user_key(lock)) != 1)
+	{
+		warn_lost(lock);
+		PG_RETURN_BOOL(false);
+	}
+	set_lease(lock, ttl_ms);
+	PG_RETURN_BOOL(true);
+}
+
+/* redis_lock_fence(key): the fencing token of a held lock, else NULL */
+Datum
+redis_lock_fence(PG_FUNCTION_ARGS)
+{
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+
+	if (lock == NULL || total_holds(lock) == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(lock->fence);
+}
+
+static void
+put_lock_row(ReturnSetInfo *rsinfo, HeldLock *lock, const char *scope,
+			 int holds)
+{
+	Datum		values[6];
+	bool		nulls[6] = {false};
+
+	values[0] = CStringGetTextDatum(user_key(lock));
+	values[1] = CStringGetTextDatum(scope);
+	values[2] = Int32GetDatum(holds);
+	values[3] = Int64GetDatum(lock->fence);
+	values[4] = TimestampTzGetDatum(lock->acquired_at);
+	values[5] = TimestampTzGetDatum(lock->lease_expires_at);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * redis_locks(): the locks this backend holds, one row per scope, like its
+ * rows of pg_locks.  The lease is this backend's view: when it last renewed
+ * it plus its ttl.
+ */
+Datum
+redis_locks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (held_locks == NULL)
+		return (Datum) 0;
+
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	{
+		if (lock->session_holds > 0)
+			put_lock_row(rsinfo, lock, "session", lock->session_holds);
+		if (lock->xact_holds > 0)
+			put_lock_row(rsinfo, lock, "transaction", lock->xact_holds);
+	}
+	return (Datum) 0;
+}
+
+bool
+locks_have_xact_holds(void)
+{
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+
+	if (held_locks == NULL)
+		return false;
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	{
+		if (lock->xact_holds > 0)
+		{
+			hash_seq_term(&status);
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Before commit, confirm in one round trip per server that every lock held
+ * for the transaction is still ours, renewing each lease so that it covers
+ * the commit.  A lost lock turns the commit into an abort: the transaction
+ * ran without the protection it asked for.
+ */
+void
+locks_verify_before_commit(void)
+{
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+	RedisCall  *calls;
+	int			ncalls = 0;
+	int			i;
+
+	if (held_locks == NULL)
+		return;
+
+	calls = palloc(sizeof(RedisCall) * Max(hash_get_num_entries(held_locks), 1));
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+		if (lock->xact_holds > 0)
+			prepare_extend(&calls[ncalls++], lock, lock->ttl_ms);
+	if (ncalls == 0)
+		return;
+
+	redis_run(calls, ncalls, ERROR);
+	for (i = 0; i < ncalls; i++)
+	{
+		lock = (HeldLock *) calls[i].origin;
+		if (script_result(&calls[i], user_key(lock)) != 1)
+		{
+			/* not ours: the abort that follows must not try to release it */
+			lock->in_redis = false;
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("Redis lock \"%s\" at %s was lost before commit",
+							user_key(lock), lock->conn->endpoint),
+					 errdetail("The lock expired or another client took it while the transaction held it; the transaction was rolled back."),
+					 errhint("Retry the transaction; a longer ttl_ms may help.")));
+		}
+		set_lease(lock, lock->ttl_ms);
+	}
+}
+
+/*
+ * Queue the release of a lock that has no holds left, if Redis may have it;
+ * forget it at once otherwise.
+ */
+static void
+queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
+{
+	if (total_holds(lock) > 0)
+		return;
+	if (lock->in_redis)
+		prepare_release(redis_batch_add(batch), lock);
+	else
+		remove_lock(lock);
+}
+
+/* At transaction end every transaction hold ends */
+void
+locks_end_xact(RedisBatch *batch)
+{
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+
+	if (held_locks == NULL)
+		return;
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	{
+		lock->xact_holds = 0;
+		lock->nlevels = 0;
+		queue_release_if_unheld(batch, lock);
+	}
+}
+
+/*
+ * At the end of a subtransaction at nesting level `level`, its holds pass
+ * to the parent on commit and end on rollback.
+ */
+void
+locks_end_subxact(RedisBatch *batch, int level, bool commit)
+{
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+
+	if (held_locks == NULL)
+		return;
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	{
+		LevelHolds *top = lock->nlevels > 0 ? &lock->levels[lock->nlevels - 1] : NULL;
+
+		if (top != NULL && top->level == level)
+		{
+			if (!commit)
+			{
+				lock->xact_holds -= top->count;
+				lock->nlevels--;
+			}
+			else if (lock->nlevels > 1 && top[-1].level == level - 1)
+			{
+				top[-1].count += top->count;
+				lock->nlevels--;
+			}
+			else
+				top->level = level - 1;
+		}
+		if (!commit)
+			queue_release_if_unheld(batch, lock);
+	}
+}
+
+/* At backend exit, every hold ends */
+void
+locks_end_session(RedisBatch *batch)
+{
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+
+	if (held_locks == NULL)
+		return;
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	{
+		lock->session_holds = 0;
+		lock->xact_holds = 0;
+		lock->nlevels = 0;
+		queue_release_if_unheld(batch, lock);
+	}
+}
+
+/*
+ * After the batch ran: report locks whose lease had been lost and forget
+ * every released lock.  Failures to reach Redis were reported by
+ * redis_run(); the lease then ends those locks at its expiry.
+ */
+void
+locks_batch_done(RedisBatch *batch)
+{
+	int			i;
+
+	for (i = 0; i < batch->ncalls; i++)
+	{
+		RedisCall  *call = &batch->calls[i];
+		HeldLock   *lock = (HeldLock *) call->origin;
+
+		if (call->script != &release_script)
+			continue;
+		if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0 &&
+			lock->fence > 0)
+			warn_lost(lock);
+		else if (call->reply_type != REDIS_REPLY_INTEGER && call->reply_type != 0)
+			redis_unexpected_reply(call, user_key(lock), WARNING);
+		remove_lock(lock);
+	}
+}

@@ -1,0 +1,164 @@
+/*-------------------------------------------------------------------------
+ *
+ * option.c
+ *		Validator of the options of the redislock foreign data wrapper.
+ *
+ * Servers say where Redis is and which key prefix confines their users;
+ * user mappings carry Redis ACL credentials, which pg_user_mappings hides
+ * from everyone but their owner.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/reloptions.h"
+#include "catalog/pg_foreign_data_wrapper.h"
+#include "catalog/pg_foreign_server.h"
+#include "catalog/pg_user_mapping.h"
+#include "commands/defrem.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+
+typedef struct RedisOption
+{
+	const char *name;
+	Oid			context;		/* catalog the option belongs to */
+} RedisOption;
+
+static const RedisOption valid_options[] = {
+	{"host", ForeignServerRelationId},
+	{"port", ForeignServerRelationId},
+	{"unix_socket", ForeignServerRelationId},
+	{"database", ForeignServerRelationId},
+	{"key_prefix", ForeignServerRelationId},
+	{"username", UserMappingRelationId},
+	{"password", UserMappingRelationId},
+};
+
+PG_FUNCTION_INFO_V1(redislock_fdw_validator);
+
+static bool
+is_valid_option(const char *name, Oid context)
+{
+	int			i;
+
+	for (i = 0; i < lengthof(valid_options); i++)
+		if (valid_options[i].context == context &&
+			strcmp(valid_options[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+/* Reject an unknown option, listing the ones this object takes */
+static void
+reject_unknown_option(const char *name, Oid context)
+{
+	StringInfoData buf;
+	int			i;
+
+	initStringInfo(&buf);
+	for (i = 0; i < lengthof(valid_options); i++)
+	{
+		if (valid_options[i].context != context)
+			continue;
+		if (buf.len > 0)
+			appendStringInfoString(&buf, ", ");
+		appendStringInfoString(&buf, valid_options[i].name);
+	}
+
+	ereport(ERROR,
+			(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
+			 errmsg("invalid option \"%s\"", name),
+			 buf.len > 0
+			 ? errhint("Valid options in this context are: %s", buf.data)
+			 : errhint("There are no valid options in this context.")));
+}
+
+/* An integer option within [min, max] */
+static void
+check_int_option(DefElem *def, int min, int max)
+{
+	char	   *value = defGetString(def);
+	char	   *end;
+	long		number;
+
+	errno = 0;
+	number = strtol(value, &end, 10);
+	if (errno != 0 || end == value || *end != '\0' ||
+		number < min || number > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("invalid value for option \"%s\": \"%s\"",
+						def->defname, value),
+				 errdetail("Valid values are integers from %d to %d.",
+						   min, max)));
+}
+
+static void
+check_nonempty_option(DefElem *def)
+{
+	if (defGetString(def)[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("option \"%s\" must not be empty", def->defname)));
+}
+
+/*
+ * Validate the options of a foreign data wrapper, server or user mapping.
+ * It sees the complete option list after CREATE or ALTER, so options that
+ * exclude each other can be checked here.
+ */
+Datum
+redislock_fdw_validator(PG_FUNCTION_ARGS)
+{
+	List	   *options = untransformRelOptions(PG_GETARG_DATUM(0));
+	Oid			context = PG_GETARG_OID(1);
+	bool		has_host = false;
+	bool		has_socket = false;
+	bool		has_username = false;
+	bool		has_password = false;
+	ListCell   *lc;
+
+	foreach(lc, options)
+	{
+		DefElem    *def = (DefElem *) lfirst(lc);
+
+		if (!is_valid_option(def->defname, context))
+			reject_unknown_option(def->defname, context);
+
+		if (strcmp(def->defname, "port") == 0)
+			check_int_option(def, 1, 65535);
+		else if (strcmp(def->defname, "database") == 0)
+			check_int_option(def, 0, 65535);
+		else if (strcmp(def->defname, "host") == 0)
+		{
+			check_nonempty_option(def);
+			has_host = true;
+		}
+		else if (strcmp(def->defname, "unix_socket") == 0)
+		{
+			check_nonempty_option(def);
+			has_socket = true;
+		}
+		else if (strcmp(def->defname, "username") == 0)
+		{
+			check_nonempty_option(def);
+			has_username = true;
+		}
+		else if (strcmp(def->defname, "password") == 0)
+			has_password = true;
+	}
+
+	if (has_host && has_socket)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
+				 errmsg("options \"host\" and \"unix_socket\" cannot both be set")));
+	if (has_username && !has_password)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_OPTION_NAME_NOT_FOUND),
+				 errmsg("option \"username\" requires option \"password\""),
+				 errdetail("Redis authenticates a user only with a password.")));
+
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,119 @@
+/*-------------------------------------------------------------------------
+ *
+ * redislock.c
+ *		Module entry point: settings, wait event and the owner token.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <unistd.h>
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/postmaster.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/wait_event.h"
+
+#include "redislock.h"
+
+PG_MODULE_MAGIC;
+
+char	   *redislock_server_name = NULL;
+int			redislock_connect_timeout = 1000;
+int			redislock_command_timeout = 1000;
+bool		redislock_verify_before_commit = true;
+
+uint32		redislock_wait_event = PG_WAIT_EXTENSION;
+
+/* Built on first use; lives as long as the backend */
+static char *owner_token = NULL;
+
+void		_PG_init(void);
+
+/*
+ * The owner token: random bytes from pg_strong_random, so nobody can guess
+ * it, prefixed by host, port and pid so that someone looking at the key with
+ * redis-cli can tell which backend holds it.  One token serves every lock
+ * of the backend, as a Redisson client id serves every lock of a client.
+ */
+const char *
+redislock_owner_token(void)
+{
+	if (owner_token == NULL)
+	{
+		uint8		random_bytes[16];
+		char		hex[sizeof(random_bytes) * 2 + 1];
+		char		hostname[256];
+		int			i;
+
+		if (!pg_strong_random(random_bytes, sizeof(random_bytes)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate a random Redis lock owner token")));
+		for (i = 0; i < (int) sizeof(random_bytes); i++)
+			snprintf(hex + i * 2, 3, "%02x", random_bytes[i]);
+
+		if (gethostname(hostname, sizeof(hostname)) != 0)
+			strlcpy(hostname, "unknown", sizeof(hostname));
+		hostname[sizeof(hostname) - 1] = '\0';
+
+		owner_token = MemoryContextStrdup(TopMemoryContext,
+										  psprintf("pg:%s:%d:%d:%s",
+												   hostname, PostPortNumber,
+												   MyProcPid, hex));
+	}
+	return owner_token;
+}
+
+/* Settings are user-settable: each one only affects the session's own work */
+static void
+define_settings(void)
+{
+	DefineCustomStringVariable("redislock.server",
+							   "Foreign server that names the Redis server to use.",
+							   "The server must be of the foreign data wrapper redislock.",
+							   &redislock_server_name,
+							   "redislock",
+							   PGC_USERSET, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redislock.connect_timeout",
+							"Time allowed to connect to Redis.",
+							NULL,
+							&redislock_connect_timeout,
+							1000, 1, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redislock.command_timeout",
+							"Time allowed for Redis to answer one round trip.",
+							NULL,
+							&redislock_command_timeout,
+							1000, 1, 3600 * 1000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("redislock.verify_before_commit",
+							 "Confirms before commit that every transaction-scoped Redis lock is still held.",
+							 "The check also renews the leases so that they cover the commit.",
+							 &redislock_verify_before_commit,
+							 true,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("redislock");
+}
+
+void
+_PG_init(void)
+{
+	define_settings();
+#if PG_VERSION_NUM >= 170000
+	redislock_wait_event = WaitEventExtensionNew("RedisLock");
+#endif
+	redislock_init_scripts();
+	redislock_init_connections();
+	redislock_init_xact();
+}

@@ -1,0 +1,127 @@
+/*-------------------------------------------------------------------------
+ *
+ * scripts.c
+ *		The Lua scripts redislock runs in Redis, and their SHA-1 digests.
+ *
+ * Every compare-and-act step runs as one script so that Redis executes it
+ * atomically.  User data never becomes Lua source: keys travel as KEYS and
+ * values as ARGV.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "common/cryptohash.h"
+#include "common/sha1.h"
+
+#include "redislock.h"
+
+/*
+ * Take the lock when it is free (SET NX PX, as every Redis lock client
+ * does) and bump the fencing counter in the same step.  A lock that already
+ * carries our token is ours: that happens when an earlier command's outcome
+ * was unknown.  Returns the fencing token, or 0 when someone else holds it.
+ * KEYS: lock, fence counter.  ARGV: owner token, ttl in ms.
+ */
+RedisScript acquire_script = {
+	"acquire",
+	"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+	"  return redis.call('INCR', KEYS[2])\n"
+	"end\n"
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+	"  return redis.call('INCR', KEYS[2])\n"
+	"end\n"
+	"return 0\n"
+};
+
+/*
+ * Delete the lock only if it is still ours.  Returns 1 when deleted.
+ * KEYS: lock.  ARGV: owner token.
+ */
+RedisScript release_script = {
+	"release",
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  return redis.call('DEL', KEYS[1])\n"
+	"end\n"
+	"return 0\n"
+};
+
+/*
+ * Reset the lease of the lock only if it is still ours.  Returns 1 when
+ * renewed.  KEYS: lock.  ARGV: owner token, ttl in ms.
+ */
+RedisScript extend_script = {
+	"extend",
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+	"end\n"
+	"return 0\n"
+};
+
+/*
+ * Check stock and decrement it in one step, so that concurrent buyers can
+ * never oversell.  Returns what remains, or -1 (and changes nothing) when
+ * fewer than the requested units are left.  An absent or non-integer stock
+ * is an error that the caller turns into a PostgreSQL error.
+ * KEYS: stock.  ARGV: quantity.
+ */
+RedisScript stock_decr_script = {
+	"stock_decr",
+	"local stock = redis.call('GET', KEYS[1])\n"
+	"if not stock then\n"
+	"  return redis.error_reply('NOSTOCK stock key does not exist')\n"
+	"end\n"
+	"if not string.match(stock, '^%-?%d+$') then\n"
+	"  return redis.error_reply('NOTINT stock is not an integer')\n"
+	"end\n"
+	"if tonumber(stock) < tonumber(ARGV[1]) then\n"
+	"  return -1\n"
+	"end\n"
+	"return redis.call('DECRBY', KEYS[1], ARGV[1])\n"
+};
+
+/*
+ * Give back the units of a rolled-back decrement, unless the stock key has
+ * been deleted meanwhile: a deleted item is not brought back to life.
+ * Returns the new stock, or nil when the key is gone.
+ * KEYS: stock.  ARGV: quantity.
+ */
+RedisScript stock_giveback_script = {
+	"stock_giveback",
+	"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
+	"  return redis.call('INCRBY', KEYS[1], ARGV[1])\n"
+	"end\n"
+	"return false\n"
+};
+
+/* Hex SHA-1 of a script body, as Redis computes it for EVALSHA */
+static void
+compute_sha1(RedisScript *script)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
+	uint8		digest[SHA1_DIGEST_LENGTH];
+	int			i;
+
+	if (ctx == NULL ||
+		pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) script->body,
+							 strlen(script->body)) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute SHA-1 of Redis script \"%s\"",
+			 script->name);
+	pg_cryptohash_free(ctx);
+
+	for (i = 0; i < SHA1_DIGEST_LENGTH; i++)
+		snprintf(script->sha1 + i * 2, 3, "%02x", digest[i]);
+}
+
+void
+redislock_init_scripts(void)
+{
+	compute_sha1(&acquire_script);
+	compute_sha1(&release_script);
+	compute_sha1(&extend_script);
+	compute_sha1(&stock_decr_script);
+	compute_sha1(&stock_giveback_script);
+}

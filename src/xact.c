@@ -1,0 +1,161 @@
+/*-------------------------------------------------------------------------
+ *
+ * xact.c
+ *		Ties Redis locks and stock decrements to PostgreSQL transactions.
+ *
+ * Before commit, transaction-scoped locks are verified (an ERROR is still
+ * allowed there and turns the commit into an abort).  After commit or
+ * abort they are released, and after abort decrements are given back: the
+ * work of all keys goes out pipelined, one round trip per Redis server.
+ * Those callbacks run with interrupts held and must not fail, so their Redis
+ * I/O runs under redislock.command_timeout and failures are warnings; lock
+ * leases are the safety net.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "storage/ipc.h"
+#include "utils/memutils.h"
+
+#include "redislock.h"
+
+/* Scratch memory of transaction-end work, reset after each batch */
+static MemoryContext batch_cxt = NULL;
+
+/* A new call slot at the end of the batch */
+RedisCall *
+redis_batch_add(RedisBatch *batch)
+{
+	if (batch->ncalls == batch->maxcalls)
+	{
+		batch->maxcalls = Max(batch->maxcalls * 2, 16);
+		if (batch->calls == NULL)
+			batch->calls = palloc(sizeof(RedisCall) * batch->maxcalls);
+		else
+			batch->calls = repalloc(batch->calls,
+									sizeof(RedisCall) * batch->maxcalls);
+	}
+	return &batch->calls[batch->ncalls++];
+}
+
+/* Run the queued work, report what failed and forget what is done */
+static void
+run_batch(RedisBatch *batch)
+{
+	if (batch->ncalls > 0)
+		(void) redis_run(batch->calls, batch->ncalls, WARNING);
+	locks_batch_done(batch);
+	stock_batch_done(batch);
+}
+
+/*
+ * Transaction end: transaction holds end, and decrements are given back if
+ * the transaction did not commit.
+ */
+static void
+end_xact(bool commit)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(batch_cxt);
+	RedisBatch	batch = {0};
+
+	locks_end_xact(&batch);
+	stock_end_xact(&batch, commit);
+	run_batch(&batch);
+
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(batch_cxt);
+}
+
+static void
+end_subxact(bool commit)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(batch_cxt);
+	RedisBatch	batch = {0};
+	int			level = GetCurrentTransactionNestLevel();
+
+	locks_end_subxact(&batch, level, commit);
+	stock_end_subxact(&batch, level, commit);
+	run_batch(&batch);
+
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextReset(batch_cxt);
+}
+
+/*
+ * Two-phase commit would need Redis state to outlive the backend, which
+ * leases cannot promise; refuse it, as postgres_fdw does.
+ */
+static void
+refuse_prepare(void)
+{
+	if (locks_have_xact_holds() || stock_has_pending())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot PREPARE a transaction that holds Redis locks or has decremented Redis stock"),
+				 errhint("Use session locks (redis_lock_acquire_session), or commit without two-phase commit.")));
+}
+
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (redislock_verify_before_commit)
+				locks_verify_before_commit();
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			refuse_prepare();
+			break;
+		case XACT_EVENT_COMMIT:
+			end_xact(true);
+			break;
+		case XACT_EVENT_ABORT:
+			end_xact(false);
+			break;
+		default:
+			/* functions are parallel unsafe: nothing runs in workers */
+			break;
+	}
+}
+
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+		end_subxact(true);
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+		end_subxact(false);
+}
+
+/*
+ * Backend exit: end every hold and give back the decrements of a
+ * transaction that will not commit.  This runs before the exit aborts that
+ * transaction, which then finds nothing left to do.
+ */
+static void
+shmem_exit_callback(int code, Datum arg)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(batch_cxt);
+	RedisBatch	batch = {0};
+
+	locks_end_session(&batch);
+	stock_end_xact(&batch, false);
+	run_batch(&batch);
+
+	MemoryContextSwitchTo(oldcxt);
+}
+
+void
+redislock_init_xact(void)
+{
+	batch_cxt = AllocSetContextCreate(TopMemoryContext,
+									  "redislock transaction end",
+									  ALLOCSET_DEFAULT_SIZES);
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
+	before_shmem_exit(shmem_exit_callback, (Datum) 0);
+}
