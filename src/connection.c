@@ -499,13 +499,16 @@ redis_unexpected_reply(const RedisCall *call, const char *key, int elevel)
 	if (call->reply_type == REDIS_REPLY_ERROR)
 		ereport(elevel,
 				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-				 errmsg("Redis server at %s failed a command on key \"%s\": %s",
-						call->conn->endpoint, key, call->str)));
+				 errmsg("Redis command on key \"%s\" failed: %s", key, call->str),
+				 errdetail("The command ran at Redis server %s.",
+						   call->conn->endpoint)));
 	else
 		ereport(elevel,
 				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-				 errmsg("Redis server at %s gave an unexpected reply of type %d for key \"%s\"",
-						call->conn->endpoint, call->reply_type, key)));
+				 errmsg("unexpected Redis reply of type %d for key \"%s\"",
+						call->reply_type, key),
+				 errdetail("The command ran at Redis server %s.",
+						   call->conn->endpoint)));
 }
 
 /*

@@ -328,12 +328,14 @@ try_acquire(HeldLock *lock, int ttl_ms)
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
 	redis_run(&call, 1, ERROR);
-	fence = script_result(&call, user_key(lock));
-	if (fence == 0)
+	if (call.reply_type != REDIS_REPLY_INTEGER || call.integer == 0)
 	{
+		/* known outcome: not taken (an error reply means the SET failed) */
 		lock->in_redis = false;
+		script_result(&call, user_key(lock));
 		return false;
 	}
+	fence = call.integer;
 	lock->fence = fence;
 	lock->acquired_at = GetCurrentTimestamp();
 	set_lease(lock, ttl_ms);
@@ -420,9 +422,9 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 	if (script_result(&call, user_key(lock)) != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("lease of Redis lock \"%s\" at %s was lost",
-						user_key(lock), lock->conn->endpoint),
-				 errdetail("The lock expired or another client took it while this backend held it."),
+				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
+				 errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
+						   lock->conn->endpoint),
 				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
 	set_lease(lock, ttl_ms);
 }
@@ -542,9 +544,9 @@ warn_lost(HeldLock *lock)
 {
 	ereport(WARNING,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-			 errmsg("lease of Redis lock \"%s\" at %s was lost",
-					user_key(lock), lock->conn->endpoint),
-			 errdetail("The lock expired or another client took it; the key was left alone.")));
+			 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
+			 errdetail("The lock at Redis server %s expired or was taken by another client; the key was left alone.",
+					   lock->conn->endpoint)));
 }
 
 /*
@@ -756,9 +758,10 @@ locks_verify_before_commit(void)
 			lock->in_redis = false;
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("Redis lock \"%s\" at %s was lost before commit",
-							user_key(lock), lock->conn->endpoint),
-					 errdetail("The lock expired or another client took it while the transaction held it; the transaction was rolled back."),
+					 errmsg("Redis lock \"%s\" was lost before commit",
+							user_key(lock)),
+					 errdetail("The lock at Redis server %s expired or was taken by another client while the transaction held it.",
+							   lock->conn->endpoint),
 					 errhint("Retry the transaction; a longer ttl_ms may help.")));
 		}
 		set_lease(lock, lock->ttl_ms);

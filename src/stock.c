@@ -94,16 +94,18 @@ report_stock_error(const RedisCall *call, const char *key)
 	if (redis_reply_is_error(call, "NOSTOCK"))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("Redis stock \"%s\" does not exist at %s",
-						key, call->conn->endpoint),
+				 errmsg("Redis stock \"%s\" does not exist", key),
+				 errdetail("Key \"%s\" is absent at Redis server %s.",
+						   call->argv[0], call->conn->endpoint),
 				 errhint("Create it with redis_stock_set().")));
 	if (redis_reply_is_error(call, "NOTINT") ||
 		(call->reply_type == REDIS_REPLY_ERROR &&
 		 strstr(call->str, "not an integer") != NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("Redis stock \"%s\" at %s does not hold an integer",
-						key, call->conn->endpoint)));
+				 errmsg("Redis stock \"%s\" does not hold an integer", key),
+				 errdetail("Key \"%s\" at Redis server %s holds something else.",
+						   call->argv[call->script ? 0 : 1], call->conn->endpoint)));
 	redis_unexpected_reply(call, key, ERROR);
 }
 
@@ -153,8 +155,9 @@ redis_stock_get(PG_FUNCTION_ARGS)
 	if (errno != 0 || end == call.str || *end != '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("Redis stock \"%s\" at %s does not hold an integer",
-						key, call.conn->endpoint)));
+				 errmsg("Redis stock \"%s\" does not hold an integer", key),
+				 errdetail("Key \"%s\" at Redis server %s holds \"%s\".",
+						   call.argv[1], call.conn->endpoint, call.str)));
 	PG_RETURN_INT64((int64) stock);
 }
 
@@ -309,13 +312,17 @@ stock_batch_done(RedisBatch *batch)
 		if (call->reply_type == REDIS_REPLY_NIL)
 			ereport(WARNING,
 					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("Redis stock \"%s\" was deleted; " INT64_FORMAT " units were not given back",
-							key, decrement->qty)));
+					 errmsg("Redis stock \"%s\" was deleted before its rolled-back decrement could be given back",
+							key),
+					 errdetail("Quantity not given back: " INT64_FORMAT ".",
+							   decrement->qty)));
 		else if (call->reply_type == 0)
 			ereport(WARNING,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg(INT64_FORMAT " units of Redis stock \"%s\" were not given back",
-							decrement->qty, key)));
+					 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
+							key),
+					 errdetail("Quantity not given back: " INT64_FORMAT ".",
+							   decrement->qty)));
 		else if (call->reply_type != REDIS_REPLY_INTEGER)
 			redis_unexpected_reply(call, key, WARNING);
 		forget_decrement(decrement);

@@ -1,0 +1,44 @@
+-- Bad input is an error that touches nothing in Redis.
+SELECT redis_lock_acquire(NULL);
+SELECT redis_lock_acquire('');
+SELECT redis_lock_acquire('err:k', 0);
+SELECT redis_lock_acquire('err:k', -5);
+SELECT redis_lock_acquire('err:k', NULL);
+SELECT redis_lock_acquire('err:k', 1000, -2);
+SELECT redis_lock_acquire('err:k', 1000, NULL);
+SELECT redis_lock_acquire_session(NULL);
+SELECT redis_lock_acquire_session('err:k', 0);
+SELECT redis_lock_release(NULL);
+SELECT redis_lock_release('');
+SELECT redis_lock_extend('err:k', 0);
+SELECT redis_lock_extend(NULL, 1000);
+SELECT redis_lock_fence(NULL);
+SELECT redis_stock_set(NULL, 1);
+SELECT redis_stock_set('err:s', -1);
+SELECT redis_stock_set('err:s', NULL);
+SELECT redis_stock_decr('err:s', 0);
+SELECT redis_stock_decr('err:s', -1);
+SELECT redis_stock_incr('err:s', 0);
+SELECT redis_stock_get('');
+
+-- none of it reached Redis
+SELECT redis_stock_get('err:s') AS untouched_stock;
+SELECT count(*) AS held FROM redis_locks() WHERE key LIKE 'err:%';
+
+-- releasing, extending or fencing what is not held
+SELECT redis_lock_release('err:not_held');
+SELECT redis_lock_extend('err:not_held', 1000);
+SELECT redis_lock_fence('err:not_held');
+
+-- stock that is absent, or not an integer
+\set VERBOSITY terse
+SELECT redis_stock_decr('err:absent');
+\! redis-cli -p $REDIS_PORT SET err:text 'ten' > /dev/null
+SELECT redis_stock_decr('err:text');
+SELECT redis_stock_get('err:text');
+SELECT redis_stock_incr('err:text');
+-- a lock key that holds another type
+\! redis-cli -p $REDIS_PORT HSET err:hash f v > /dev/null
+SELECT redis_lock_acquire('err:hash');
+SELECT count(*) AS held FROM redis_locks() WHERE key = 'err:hash';
+\set VERBOSITY default

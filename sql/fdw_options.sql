@@ -1,0 +1,64 @@
+-- The validator accepts the documented options and rejects anything else.
+CREATE SERVER regress_redis FOREIGN DATA WRAPPER redislock
+  OPTIONS (host 'localhost', port '6380', database '3', key_prefix 'app:');
+ALTER SERVER regress_redis OPTIONS (SET port '65535');
+
+-- bad values
+ALTER SERVER regress_redis OPTIONS (SET port '0');
+ALTER SERVER regress_redis OPTIONS (SET port '65536');
+ALTER SERVER regress_redis OPTIONS (SET port '12ab');
+ALTER SERVER regress_redis OPTIONS (SET database '-1');
+ALTER SERVER regress_redis OPTIONS (SET host '');
+ALTER SERVER regress_redis OPTIONS (ADD unix_socket '/tmp/redis.sock');
+CREATE SERVER regress_bad FOREIGN DATA WRAPPER redislock OPTIONS (hots 'x');
+CREATE SERVER regress_bad FOREIGN DATA WRAPPER redislock
+  OPTIONS (password 'secret');
+ALTER FOREIGN DATA WRAPPER redislock OPTIONS (ADD host 'x');
+
+-- user mappings take credentials only
+CREATE USER MAPPING FOR PUBLIC SERVER regress_redis
+  OPTIONS (host 'elsewhere');
+CREATE USER MAPPING FOR PUBLIC SERVER regress_redis
+  OPTIONS (username 'app');
+CREATE USER MAPPING FOR PUBLIC SERVER regress_redis
+  OPTIONS (username 'app', password 'secret');
+ALTER USER MAPPING FOR PUBLIC SERVER regress_redis
+  OPTIONS (SET username '');
+
+-- a unix socket instead of a host
+ALTER SERVER regress_redis OPTIONS (DROP host, ADD unix_socket '/tmp/r.sock');
+SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'regress_redis';
+
+-- a server of another wrapper cannot be used
+CREATE FOREIGN DATA WRAPPER regress_other;
+CREATE SERVER regress_other_srv FOREIGN DATA WRAPPER regress_other;
+SET redislock.server = 'regress_other_srv';
+SELECT redis_lock_acquire('fdw:x');
+SET redislock.server = 'regress_missing';
+SELECT redis_lock_acquire('fdw:x');
+RESET redislock.server;
+
+-- a key prefix namespaces every key of a server
+\getenv redis_port REDIS_PORT
+CREATE SERVER regress_prefixed FOREIGN DATA WRAPPER redislock
+  OPTIONS (host '127.0.0.1', port :'redis_port', key_prefix 'tenant1:');
+SET redislock.server = 'regress_prefixed';
+SELECT redis_stock_set('fdw:item', 7);
+SELECT redis_stock_get('fdw:item');
+RESET redislock.server;
+SELECT redis_stock_get('tenant1:fdw:item') AS seen_without_prefix;
+SELECT redis_stock_get('fdw:item') AS other_namespace;
+
+-- changing the prefix takes effect on the next call
+ALTER SERVER regress_prefixed OPTIONS (SET key_prefix 'tenant2:');
+SET redislock.server = 'regress_prefixed';
+SELECT redis_stock_get('fdw:item') AS after_prefix_change;
+RESET redislock.server;
+
+-- unknown settings in our namespace are refused
+SET redislock.no_such_setting = 1;
+
+DROP SERVER regress_other_srv;
+DROP FOREIGN DATA WRAPPER regress_other;
+DROP SERVER regress_prefixed;
+DROP SERVER regress_redis CASCADE;

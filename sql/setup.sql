@@ -1,0 +1,18 @@
+-- Create the extension and point its server at the test Redis, whose port
+-- the test runner passes in REDIS_PORT.
+\getenv redis_port REDIS_PORT
+CREATE EXTENSION redislock;
+ALTER SERVER redislock OPTIONS (SET port :'redis_port');
+
+-- what the extension made
+SELECT fdwname, fdwvalidator::regproc FROM pg_foreign_data_wrapper
+ WHERE fdwname = 'redislock';
+SELECT srvname, array_length(srvoptions, 1) AS noptions FROM pg_foreign_server
+ WHERE srvname = 'redislock';
+SELECT extrelocatable FROM pg_extension WHERE extname = 'redislock';
+SELECT name, setting, unit, context FROM pg_settings
+ WHERE name LIKE 'redislock.%' ORDER BY name;
+
+-- the first call connects; nobody holds anything yet
+SELECT redis_lock_acquire('setup:hello');
+SELECT key, scope, holds FROM redis_locks();

@@ -1,0 +1,69 @@
+-- Stock is decremented atomically and given back on rollback.
+SELECT redis_stock_set('stock:sku1', 3);
+SELECT redis_stock_get('stock:sku1');
+SELECT redis_stock_get('stock:absent');
+
+SELECT redis_stock_decr('stock:sku1');
+SELECT redis_stock_decr('stock:sku1', 2);
+-- too few left: -1 and nothing changes
+SELECT redis_stock_decr('stock:sku1');
+SELECT redis_stock_get('stock:sku1');
+
+SELECT redis_stock_incr('stock:sku1', 10);
+SELECT redis_stock_incr('stock:sku1');
+SELECT redis_stock_decr('stock:sku1', 12);
+SELECT redis_stock_decr('stock:sku1', 12);
+SELECT redis_stock_get('stock:sku1');
+SELECT redis_stock_incr('stock:new', 4) AS created;
+
+-- rollback gives the units back
+SELECT redis_stock_set('stock:sku2', 10);
+BEGIN;
+SELECT redis_stock_decr('stock:sku2', 3);
+SELECT redis_stock_decr('stock:sku2', 2);
+SELECT redis_stock_get('stock:sku2');
+ROLLBACK;
+SELECT redis_stock_get('stock:sku2');
+
+-- an error rolls back too
+BEGIN;
+SELECT redis_stock_decr('stock:sku2', 4);
+SELECT 1 / 0;
+COMMIT;
+SELECT redis_stock_get('stock:sku2');
+
+-- commit keeps the decrement
+BEGIN;
+SELECT redis_stock_decr('stock:sku2', 4);
+COMMIT;
+SELECT redis_stock_get('stock:sku2');
+
+-- savepoints: only what was taken inside the savepoint comes back
+BEGIN;
+SELECT redis_stock_decr('stock:sku2', 1);
+SAVEPOINT sp;
+SELECT redis_stock_decr('stock:sku2', 2);
+ROLLBACK TO SAVEPOINT sp;
+SELECT redis_stock_get('stock:sku2');
+SAVEPOINT sp2;
+SELECT redis_stock_decr('stock:sku2', 1);
+RELEASE SAVEPOINT sp2;
+ROLLBACK;
+SELECT redis_stock_get('stock:sku2');
+
+-- a failed decrement (too few) has nothing to give back
+BEGIN;
+SELECT redis_stock_decr('stock:sku2', 100);
+ROLLBACK;
+SELECT redis_stock_get('stock:sku2');
+
+-- an item deleted before the rollback is not brought back
+BEGIN;
+SELECT redis_stock_decr('stock:sku2', 1);
+\! redis-cli -p $REDIS_PORT DEL stock:sku2 > /dev/null
+ROLLBACK;
+SELECT redis_stock_get('stock:sku2');
+
+-- big numbers
+SELECT redis_stock_set('stock:big', 9000000000000);
+SELECT redis_stock_decr('stock:big', 8999999999999);
