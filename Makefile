@@ -9,7 +9,7 @@ SHLIB_LINK = -lhiredis
 DATA = sql/redislock--1.0.sql
 
 REGRESS = setup fdw_options errors locks stacking transactions stock \
-	binary_keys privileges
+	binary_keys privileges seckill_example
 REGRESS_OPTS = --inputdir=.
 
 ISOLATION = lock_wait lock_rollback savepoint_release stock_no_oversell
