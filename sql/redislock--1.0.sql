@@ -74,7 +74,8 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'redis_stock_incr'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-CREATE FUNCTION redis_stock_decr(key text, qty bigint DEFAULT 1)
+CREATE FUNCTION redis_stock_decr(key text, qty bigint DEFAULT 1,
+                                 buyer text DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'redis_stock_decr'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

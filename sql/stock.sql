@@ -67,3 +67,32 @@ SELECT redis_stock_get('stock:sku2');
 -- big numbers
 SELECT redis_stock_set('stock:big', 9000000000000);
 SELECT redis_stock_decr('stock:big', 8999999999999);
+
+-- one purchase per buyer: -2 for a second one, stock unchanged
+SELECT redis_stock_set('stock:limited', 3);
+SELECT redis_stock_decr('stock:limited', 1, 'alice');
+SELECT redis_stock_decr('stock:limited', 1, 'alice') AS second_purchase;
+SELECT redis_stock_decr('stock:limited', 1, 'bob');
+SELECT redis_stock_get('stock:limited');
+\! redis-cli -p $REDIS_PORT SMEMBERS '{stock:limited}:buyers' | sort
+-- without a buyer there is no limit
+SELECT redis_stock_decr('stock:limited', 1);
+-- sold out beats a new buyer; a repeat buyer is told so first
+SELECT redis_stock_decr('stock:limited', 1, 'carol') AS sold_out;
+SELECT redis_stock_decr('stock:limited', 1, 'alice') AS repeat_buyer;
+-- a rollback gives back both the units and the right to buy
+SELECT redis_stock_incr('stock:limited', 2);
+BEGIN;
+SELECT redis_stock_decr('stock:limited', 2, 'dave');
+ROLLBACK;
+SELECT redis_stock_get('stock:limited');
+SELECT redis_stock_decr('stock:limited', 2, 'dave') AS dave_again;
+SELECT redis_stock_incr('stock:limited', 1);
+BEGIN;
+SAVEPOINT sp;
+SELECT redis_stock_decr('stock:limited', 1, 'erin');
+ROLLBACK TO SAVEPOINT sp;
+SELECT redis_stock_decr('stock:limited', 1, 'erin') AS erin_again;
+COMMIT;
+SELECT redis_stock_decr('stock:limited', 1, '');
+SELECT redis_stock_decr('stock:limited', 1, NULL) AS null_buyer_is_no_limit;

@@ -791,6 +791,30 @@ redis_key_for(RedisConn *conn, const char *key, int keylen, int *rkeylen)
 	return rkey;
 }
 
+/*
+ * A key that keeps data beside a Redis key (a lock's fencing counter, an
+ * item's buyers) and must hash to its Redis Cluster slot: it reuses the
+ * key's hash tag, or makes the whole key its tag.  A key containing '}' but
+ * no hash tag cannot be made a tag; its sibling then sits in another slot,
+ * which only matters on a Cluster.
+ */
+char *
+redis_sibling_key(const char *rkey, int rkeylen, const char *suffix, int *len)
+{
+	const char *open = memchr(rkey, '{', rkeylen);
+	const char *close = NULL;
+	char	   *sibling;
+
+	if (open != NULL)
+		close = memchr(open + 1, '}', rkeylen - (open + 1 - rkey));
+	if ((close != NULL && close > open + 1) || memchr(rkey, '}', rkeylen) != NULL)
+		sibling = psprintf("%s:%s", rkey, suffix);
+	else
+		sibling = psprintf("{%s}:%s", rkey, suffix);
+	*len = strlen(sibling);
+	return sibling;
+}
+
 /* A key argument of a SQL function: neither NULL nor empty */
 char *
 validated_key(Datum keydatum, bool isnull, int *keylen)

@@ -239,28 +239,6 @@ set_lease(HeldLock *lock, int ttl_ms)
 														 ttl_ms);
 }
 
-/*
- * The key of the fencing counter.  It must hash to the lock's Redis Cluster
- * slot, so it reuses the lock key's hash tag, or makes the whole lock key
- * its tag.  A key containing '}' but no hash tag cannot be made a tag; its
- * counter then sits in another slot, which only matters on a Cluster.
- */
-static char *
-fence_key_for(const char *rkey, int rkeylen, int *len)
-{
-	const char *open = memchr(rkey, '{', rkeylen);
-	const char *close = open ? memchr(open + 1, '}', rkeylen - (open + 1 - rkey)) : NULL;
-	bool		has_tag = (close != NULL && close > open + 1);
-	char	   *fkey;
-
-	if (has_tag || memchr(rkey, '}', rkeylen) != NULL)
-		fkey = psprintf("%s:fence", rkey);
-	else
-		fkey = psprintf("{%s}:fence", rkey);
-	*len = strlen(fkey);
-	return fkey;
-}
-
 /* Add the lock's key to a call */
 static void
 add_lock_key(RedisCall *call, const HeldLock *lock)
@@ -316,7 +294,8 @@ try_acquire(HeldLock *lock, int ttl_ms)
 {
 	RedisCall	call;
 	int			fkeylen;
-	char	   *fkey = fence_key_for(lock->tag.key, lock->tag.keylen, &fkeylen);
+	char	   *fkey = redis_sibling_key(lock->tag.key, lock->tag.keylen, "fence",
+									 &fkeylen);
 	long long	fence;
 
 	redis_call_init(&call, lock->conn, &acquire_script);

@@ -109,6 +109,8 @@ extern void redislock_init_connections(void);
 /* Redis key of a user's key: the server's key prefix followed by the key */
 extern char *redis_key_for(RedisConn *conn, const char *key, int keylen,
 						   int *rkeylen);
+extern char *redis_sibling_key(const char *rkey, int rkeylen,
+							   const char *suffix, int *len);
 extern char *validated_key(Datum keydatum, bool isnull, int *keylen);
 
 /* Transaction-end hooks of lock.c and stock.c, driven by xact.c */

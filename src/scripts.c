@@ -61,10 +61,11 @@ RedisScript extend_script = {
 
 /*
  * Check stock and decrement it in one step, so that concurrent buyers can
- * never oversell.  Returns what remains, or -1 (and changes nothing) when
- * fewer than the requested units are left.  An absent or non-integer stock
- * is an error that the caller turns into a PostgreSQL error.
- * KEYS: stock.  ARGV: quantity.
+ * never oversell.  Returns what remains, -1 (changing nothing) when fewer
+ * than the requested units are left, or -2 (changing nothing) when the buyer,
+ * if one is named, has already bought the item.  An absent or non-integer
+ * stock is an error that the caller turns into a PostgreSQL error.
+ * KEYS: stock[, buyers set].  ARGV: quantity[, buyer].
  */
 RedisScript stock_decr_script = {
 	"stock_decr",
@@ -75,20 +76,29 @@ RedisScript stock_decr_script = {
 	"if not string.match(stock, '^%-?%d+$') then\n"
 	"  return redis.error_reply('NOTINT stock is not an integer')\n"
 	"end\n"
+	"if ARGV[2] and redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then\n"
+	"  return -2\n"
+	"end\n"
 	"if tonumber(stock) < tonumber(ARGV[1]) then\n"
 	"  return -1\n"
+	"end\n"
+	"if ARGV[2] then\n"
+	"  redis.call('SADD', KEYS[2], ARGV[2])\n"
 	"end\n"
 	"return redis.call('DECRBY', KEYS[1], ARGV[1])\n"
 };
 
 /*
- * Give back the units of a rolled-back decrement, unless the stock key has
- * been deleted meanwhile: a deleted item is not brought back to life.
- * Returns the new stock, or nil when the key is gone.
- * KEYS: stock.  ARGV: quantity.
+ * Give back the units of a rolled-back decrement, and the buyer's right to
+ * buy, unless the stock key has been deleted meanwhile: a deleted item is not
+ * brought back to life.  Returns the new stock, or nil when the key is gone.
+ * KEYS: stock[, buyers set].  ARGV: quantity[, buyer].
  */
 RedisScript stock_giveback_script = {
 	"stock_giveback",
+	"if ARGV[2] then\n"
+	"  redis.call('SREM', KEYS[2], ARGV[2])\n"
+	"end\n"
 	"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
 	"  return redis.call('INCRBY', KEYS[1], ARGV[1])\n"
 	"end\n"

@@ -28,9 +28,12 @@ typedef struct PendingDecrement
 {
 	dlist_node	node;
 	RedisConn  *conn;
-	char	   *rkey;
+	char	   *rkey;			/* the stock's Redis key */
 	int			rkeylen;
 	int			prefixlen;
+	char	   *buyers_key;		/* the set of buyers, when buyer is set */
+	int			buyers_keylen;
+	char	   *buyer;			/* NULL when purchases are not per buyer */
 	int64		qty;
 	int			level;			/* subtransaction nesting level */
 } PendingDecrement;
@@ -178,41 +181,96 @@ redis_stock_incr(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(stock_result(&call, key));
 }
 
+static const char *
+validated_buyer(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *buyer;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	buyer = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (buyer[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("buyer must not be empty"),
+				 errhint("Pass NULL to allow any number of purchases.")));
+	return buyer;
+}
+
 /*
- * redis_stock_decr(key, qty): take qty units if that many remain and
- * return what is left, or -1 when there are too few.  The decrement is
- * remembered so that a rollback gives the units back.
+ * The record of a decrement, made in TopTransactionContext before Redis is
+ * asked, so that nothing can fail once Redis has taken the units.
+ */
+static PendingDecrement *
+new_decrement(RedisConn *conn, const char *key, int keylen, int64 qty,
+			  const char *buyer)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	PendingDecrement *decrement = palloc0(sizeof(PendingDecrement));
+
+	decrement->conn = conn;
+	decrement->rkey = redis_key_for(conn, key, keylen, &decrement->rkeylen);
+	decrement->prefixlen = strlen(conn->key_prefix);
+	if (buyer != NULL)
+	{
+		decrement->buyers_key = redis_sibling_key(decrement->rkey,
+												  decrement->rkeylen,
+												  "buyers",
+												  &decrement->buyers_keylen);
+		decrement->buyer = pstrdup(buyer);
+	}
+	decrement->qty = qty;
+	decrement->level = GetCurrentTransactionNestLevel();
+	MemoryContextSwitchTo(oldcxt);
+	return decrement;
+}
+
+/*
+ * The decrement and give-back scripts take the same arguments.
+ * KEYS: stock[, buyers set].  ARGV: quantity[, buyer].
+ */
+static void
+prepare_decrement_call(RedisCall *call, PendingDecrement *decrement,
+					   const RedisScript *script)
+{
+	redis_call_init(call, decrement->conn, script);
+	call->nkeys = 1;
+	redis_call_arg(call, decrement->rkey, decrement->rkeylen);
+	if (decrement->buyer != NULL)
+	{
+		call->nkeys = 2;
+		redis_call_arg(call, decrement->buyers_key, decrement->buyers_keylen);
+	}
+	redis_call_int_arg(call, decrement->qty);
+	if (decrement->buyer != NULL)
+		redis_call_arg(call, decrement->buyer, strlen(decrement->buyer));
+	call->origin = decrement;
+}
+
+/*
+ * redis_stock_decr(key, qty, buyer): take qty units if that many remain and
+ * return what is left; -1 when there are too few, -2 when the buyer (if
+ * given) has bought the item already.  The decrement is remembered so that
+ * a rollback gives the units, and the buyer's right to buy, back.
  */
 Datum
 redis_stock_decr(PG_FUNCTION_ARGS)
 {
 	int64		qty = validated_qty(fcinfo, 1, false);
-	RedisCall	call;
-	char	   *key;
+	const char *buyer = validated_buyer(fcinfo, 2);
+	int			keylen;
+	char	   *key = validated_key(PG_GETARG_DATUM(0), PG_ARGISNULL(0),
+									&keylen);
 	PendingDecrement *decrement;
+	RedisCall	call;
 	int64		remaining;
 
-	prepare_stock_call(fcinfo, &call, NULL, &stock_decr_script, &key);
-	redis_call_int_arg(&call, qty);
-
-	/* Allocate first: nothing may fail once Redis has taken the units */
-	decrement = MemoryContextAlloc(TopTransactionContext,
-								   sizeof(PendingDecrement));
-	decrement->conn = call.conn;
-	decrement->rkey = MemoryContextStrdup(TopTransactionContext, call.argv[0]);
-	decrement->rkeylen = call.argvlen[0];
-	decrement->prefixlen = strlen(call.conn->key_prefix);
-	decrement->qty = qty;
-	decrement->level = GetCurrentTransactionNestLevel();
-
+	decrement = new_decrement(redis_conn_current(), key, keylen, qty, buyer);
+	prepare_decrement_call(&call, decrement, &stock_decr_script);
 	redis_run(&call, 1, ERROR);
 	remaining = stock_result(&call, key);
 	if (remaining < 0)
-	{
-		pfree(decrement->rkey);
-		pfree(decrement);
-		PG_RETURN_INT64(-1);
-	}
+		PG_RETURN_INT64(remaining);
 
 	redis_conn_pin(decrement->conn);
 	dlist_push_tail(&pending, &decrement->node);
@@ -229,13 +287,8 @@ stock_has_pending(void)
 static void
 queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
 {
-	RedisCall  *call = redis_batch_add(batch);
-
-	redis_call_init(call, decrement->conn, &stock_giveback_script);
-	call->nkeys = 1;
-	redis_call_arg(call, decrement->rkey, decrement->rkeylen);
-	redis_call_int_arg(call, decrement->qty);
-	call->origin = decrement;
+	prepare_decrement_call(redis_batch_add(batch), decrement,
+						   &stock_giveback_script);
 }
 
 static void
