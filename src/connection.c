@@ -91,13 +91,13 @@ static bool
 handshake(RedisConn *conn, int elevel)
 {
 	RedisCall	calls[2];
+	RedisCall  *auth = NULL;
 	int			ncalls = 0;
 	int			i;
 
 	if (conn->password != NULL)
 	{
-		RedisCall  *auth = &calls[ncalls++];
-
+		auth = &calls[ncalls++];
 		redis_call_init(auth, conn, NULL);
 		redis_call_arg(auth, "AUTH", 4);
 		if (conn->username != NULL)
@@ -122,7 +122,7 @@ handshake(RedisConn *conn, int elevel)
 		if (calls[i].reply_type != REDIS_REPLY_ERROR)
 			continue;
 		disconnect(conn);
-		if (calls[i].argvlen[0] == 4)
+		if (&calls[i] == auth)
 			ereport(elevel,
 					(errcode(ERRCODE_INVALID_PASSWORD),
 					 errmsg("Redis server at %s refused authentication",
