@@ -496,7 +496,14 @@ redis_reply_is_error(const RedisCall *call, const char *code)
 void
 redis_unexpected_reply(const RedisCall *call, const char *key, int elevel)
 {
-	if (call->reply_type == REDIS_REPLY_ERROR)
+	if (redis_reply_is_error(call, "NOAUTH"))
+		ereport(elevel,
+				(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+				 errmsg("Redis server at %s requires authentication",
+						call->conn->endpoint),
+				 errhint("Give the password in a user mapping: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (password '...').",
+						 quote_identifier(redislock_server_name))));
+	else if (call->reply_type == REDIS_REPLY_ERROR)
 		ereport(elevel,
 				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
 				 errmsg("Redis command on key \"%s\" failed: %s", key, call->str),

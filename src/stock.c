@@ -186,7 +186,8 @@ validated_buyer(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *buyer;
 
-	if (PG_ARGISNULL(argno))
+	/* a catalog entry made before buyer existed passes fewer arguments */
+	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return NULL;
 	buyer = text_to_cstring(PG_GETARG_TEXT_PP(argno));
 	if (buyer[0] == '\0')
