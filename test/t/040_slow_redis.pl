@@ -1,0 +1,149 @@
+# A slow Redis (DEBUG SLEEP): a call fails once redislock.command_timeout
+# has passed, with an error saying so, instead of hanging; transaction end
+# (which cannot be cancelled) is bounded by the same timeout and only warns;
+# the backend stays usable and works again once Redis answers.
+use strict;
+use warnings;
+
+use IO::Select;
+use IO::Socket::INET;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(gettimeofday tv_interval usleep);
+use RedisLockTest qw(session_query);
+
+# Does Redis answer a PING within $secs seconds?  A raw socket, so that the
+# time a redis-cli process takes to start does not count.
+sub redis_answers
+{
+	my ($redis, $secs) = @_;
+	my $sock = IO::Socket::INET->new(
+		PeerAddr => '127.0.0.1',
+		PeerPort => $redis->port,
+		Proto    => 'tcp',
+		Timeout  => 1) or return 0;
+	$sock->autoflush(1);
+	print $sock "PING\r\n";
+	my $answered = IO::Select->new($sock)->can_read($secs) ? 1 : 0;
+	close $sock;
+	return $answered;
+}
+
+# Make Redis sleep for $secs seconds (DEBUG SLEEP, from a background
+# redis-cli) and return once it no longer answers PING, with the handle of
+# that redis-cli.
+sub redis_sleep
+{
+	my ($redis, $secs) = @_;
+	my $h = IPC::Run::start(
+		[ 'redis-cli', '-h', '127.0.0.1', '-p', $redis->port, 'DEBUG', 'SLEEP', $secs ],
+		'<', \undef, '>', \my $out, '2>', \my $err);
+	for (1 .. 300)
+	{
+		return $h unless redis_answers($redis, 0.2);
+		usleep(10_000);
+	}
+	die 'Redis did not start sleeping';
+}
+
+# Wait for the sleeping Redis to wake up and answer again.
+sub redis_wake
+{
+	my ($redis, $h) = @_;
+	$h->finish;
+	die 'Redis does not answer' unless $redis->cli('PING') eq 'PONG';
+}
+
+my $redis = RedisLockTest->start_redis();
+my $node = RedisLockTest->new_node('slow', $redis);
+my $port = $redis->port;
+my $endpoint = qr/127\.0\.0\.1:$port/;
+
+my $s = $node->background_psql('postgres', on_error_stop => 0, timeout => 30);
+$s->set_query_timer_restart;
+session_query($s, '\set VERBOSITY verbose');
+session_query($s, 'SET redislock.command_timeout = 300');
+my ($pid) = session_query($s, 'SELECT pg_backend_pid()');
+my ($out, $err, $secs);
+
+($out) = session_query($s, "SELECT redis_lock_acquire_session('warm', 30000)");
+is($out, 't', 'lock taken while Redis is responsive');
+
+# --- a call while Redis sleeps
+my $h = redis_sleep($redis, 3);
+($out, $err, $secs) = session_query($s, "SELECT redis_lock_acquire_session('slow1', 30000)");
+like($err,
+	qr/ERROR:\s+08006: Redis server at $endpoint did not answer within 300 ms/,
+	'acquire fails with 08006 once command_timeout has passed');
+cmp_ok($secs, '>=', 0.28, 'not before command_timeout');
+cmp_ok($secs, '<', 1.5, 'and soon after it');
+
+($out, $err, $secs) = session_query($s, 'SELECT pg_backend_pid(), 1 + 1');
+is($out, "$pid|2", 'the same backend is usable while Redis sleeps');
+
+($out, $err, $secs) = session_query($s, "SELECT redis_stock_get('st')");
+like($err, qr/ERROR:\s+08006: .*did not answer within 300 ms/,
+	'another call fails the same way');
+cmp_ok($secs, '<', 1.5, 'in time as well');
+redis_wake($redis, $h);
+
+# The timed-out acquire may have been run by Redis after all (its outcome
+# was unknown); taking the lock again must work either way.
+($out, $err) = session_query($s, "SELECT redis_lock_acquire_session('slow1', 30000)");
+is($out, 't', 'the lock is taken once Redis is responsive again');
+like($redis->cli('GET', 'slow1'), qr/^pg:.*:$pid:/, 'and it is ours');
+($out, $err) = session_query($s, "SELECT redis_lock_release('slow1')");
+is($out, 't', 'and released');
+
+# --- COMMIT while Redis sleeps: the check fails in time, the abort warns
+session_query($s, 'BEGIN');
+($out) = session_query($s, "SELECT redis_lock_acquire('slow2', 30000)");
+is($out, 't', 'transaction lock taken');
+$h = redis_sleep($redis, 2);
+($out, $err, $secs) = session_query($s, 'COMMIT');
+like($err, qr/ERROR:\s+08006: .*did not answer within 300 ms/,
+	'COMMIT fails when the lock cannot be verified in time');
+cmp_ok($secs, '<', 2, 'COMMIT returns within a few command timeouts');
+($out, $err) = session_query($s, 'SELECT 1');
+is($out, '1', 'session is usable after the failed COMMIT');
+is($err, '', 'and out of the transaction');
+
+# --- ROLLBACK while Redis sleeps: bounded, only a warning
+session_query($s, 'SET redislock.verify_before_commit = off');
+redis_wake($redis, $h);
+session_query($s, 'BEGIN');
+($out) = session_query($s, "SELECT redis_lock_acquire('slow3', 30000)");
+is($out, 't', 'transaction lock taken');
+$h = redis_sleep($redis, 2);
+($out, $err, $secs) = session_query($s, 'ROLLBACK');
+unlike($err, qr/ERROR/, 'ROLLBACK does not fail while Redis sleeps');
+like($err, qr/WARNING:\s+08006: .*did not answer within 300 ms/,
+	'ROLLBACK warns that the release timed out');
+cmp_ok($secs, '<', 1.5, 'ROLLBACK returns within the command timeout');
+
+# --- COMMIT without the check: also bounded, only a warning
+redis_wake($redis, $h);
+session_query($s, 'BEGIN');
+($out) = session_query($s, "SELECT redis_lock_acquire('slow4', 30000)");
+is($out, 't', 'transaction lock taken');
+$h = redis_sleep($redis, 2);
+($out, $err, $secs) = session_query($s, 'COMMIT');
+unlike($err, qr/ERROR/, 'COMMIT without the check succeeds while Redis sleeps');
+like($err, qr/WARNING:\s+08006: .*did not answer within 300 ms/,
+	'and warns that the release timed out');
+cmp_ok($secs, '<', 1.5, 'within the command timeout');
+redis_wake($redis, $h);
+
+# --- everything works again once Redis is responsive
+($out, $err) = session_query($s, "SELECT redis_lock_acquire('slow5', 30000)");
+is($out, 't', 'the session works once Redis answers again');
+is($err, '', 'without any message');
+is($redis->cli('EXISTS', 'slow5'), '0', 'and its lock was released at commit');
+
+$s->quit;
+$node->stop;
+$redis->stop;
+
+done_testing();
