@@ -12,7 +12,8 @@ REGRESS = setup fdw_options errors locks stacking transactions stock \
 	binary_keys privileges seckill_example
 REGRESS_OPTS = --inputdir=.
 
-ISOLATION = lock_wait lock_rollback savepoint_release stock_no_oversell
+ISOLATION = lock_wait lock_rollback savepoint_release stock_no_oversell \
+	stock_buyer
 ISOLATION_OPTS = --inputdir=test
 
 TAP_TESTS = 1
