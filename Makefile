@@ -23,3 +23,6 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 PG_CPPFLAGS += -Wall -Wmissing-prototypes
+
+# every object depends on the shared header
+$(OBJS): src/redislock.h

@@ -216,6 +216,7 @@ append_call(RedisConn *conn, const RedisCall *call)
 	const char *argv[REDIS_CALL_MAX_ARGS + 3];
 	size_t		argvlen[REDIS_CALL_MAX_ARGS + 3];
 	char		nkeys[12];
+	char		intarg[MAXINT8LEN + 1];
 	int			argc = 0;
 	int			i;
 
@@ -231,6 +232,12 @@ append_call(RedisConn *conn, const RedisCall *call)
 	}
 	for (i = 0; i < call->argc; i++)
 	{
+		if (call->argv[i] == NULL)
+		{
+			argvlen[argc] = pg_lltoa(call->intarg, intarg);
+			argv[argc++] = intarg;
+			continue;
+		}
 		argv[argc] = call->argv[i];
 		argvlen[argc++] = call->argvlen[i];
 	}
@@ -388,6 +395,17 @@ rerun_noscript_calls(RedisConn *conn, RedisCall *calls, int ncalls, int elevel)
 	return true;
 }
 
+/* Run calls on one connection, connecting first if needed */
+static bool
+run_pipeline(RedisConn *conn, RedisCall *calls, int ncalls, int elevel)
+{
+	if (!ensure_connected(conn, elevel))
+		return false;
+	apply_command_timeout(conn);
+	return exchange(conn, calls, ncalls, elevel) &&
+		rerun_noscript_calls(conn, calls, ncalls, elevel);
+}
+
 /*
  * Run calls on their connections: the calls of each connection go out
  * pipelined in one round trip.  Error replies are left for the caller to
@@ -398,14 +416,23 @@ bool
 redis_run(RedisCall *calls, int ncalls, int elevel)
 {
 	bool		ok = true;
-	bool	   *done = palloc0(sizeof(bool) * ncalls);
-	RedisCall **group = palloc(sizeof(RedisCall *) * ncalls);
-	RedisCall  *batch = palloc(sizeof(RedisCall) * ncalls);
+	bool	   *done;
+	RedisCall  *group;
 	int			i;
 
 	for (i = 0; i < ncalls; i++)
 		calls[i].reply_type = 0;
 
+	/* Usually every call goes to one server: send them as they are */
+	for (i = 1; i < ncalls; i++)
+		if (calls[i].conn != calls[0].conn)
+			break;
+	if (i >= ncalls)
+		return ncalls == 0 || run_pipeline(calls[0].conn, calls, ncalls, elevel);
+
+	/* Otherwise run the calls of each server in turn, in a scratch copy */
+	done = palloc0(sizeof(bool) * ncalls);
+	group = palloc(sizeof(RedisCall) * ncalls);
 	for (i = 0; i < ncalls; i++)
 	{
 		RedisConn  *conn = calls[i].conn;
@@ -415,32 +442,21 @@ redis_run(RedisCall *calls, int ncalls, int elevel)
 		if (done[i])
 			continue;
 		for (j = i; j < ncalls; j++)
+			if (!done[j] && calls[j].conn == conn)
+				group[n++] = calls[j];
+		if (!run_pipeline(conn, group, n, elevel))
+			ok = false;
+		for (j = i, n = 0; j < ncalls; j++)
 		{
 			if (!done[j] && calls[j].conn == conn)
 			{
+				calls[j] = group[n++];
 				done[j] = true;
-				group[n] = &calls[j];
-				batch[n++] = calls[j];
 			}
 		}
-
-		if (ensure_connected(conn, elevel))
-		{
-			apply_command_timeout(conn);
-			if (!exchange(conn, batch, n, elevel) ||
-				!rerun_noscript_calls(conn, batch, n, elevel))
-				ok = false;
-		}
-		else
-			ok = false;
-
-		for (j = 0; j < n; j++)
-			*group[j] = batch[j];
 	}
-
 	pfree(done);
 	pfree(group);
-	pfree(batch);
 	return ok;
 }
 
@@ -472,12 +488,18 @@ redis_call_arg(RedisCall *call, const char *arg, size_t len)
 	call->argvlen[call->argc++] = len;
 }
 
+/*
+ * Add an integer argument.  It is kept in the call and formatted only when
+ * the call is sent, which spares an allocation per command; a call has at
+ * most one.
+ */
 void
 redis_call_int_arg(RedisCall *call, int64 value)
 {
-	char	   *arg = psprintf(INT64_FORMAT, value);
-
-	redis_call_arg(call, arg, strlen(arg));
+	Assert(call->argc < REDIS_CALL_MAX_ARGS);
+	call->intarg = value;
+	call->argv[call->argc] = NULL;
+	call->argvlen[call->argc++] = 0;
 }
 
 /* Is the reply an error reply whose code (first word) is code? */
@@ -810,15 +832,25 @@ redis_sibling_key(const char *rkey, int rkeylen, const char *suffix, int *len)
 {
 	const char *open = memchr(rkey, '{', rkeylen);
 	const char *close = NULL;
-	char	   *sibling;
+	bool		own_tag;
+	int			suffixlen = strlen(suffix);
+	char	   *sibling = palloc(rkeylen + suffixlen + 4);
+	char	   *p = sibling;
 
 	if (open != NULL)
 		close = memchr(open + 1, '}', rkeylen - (open + 1 - rkey));
-	if ((close != NULL && close > open + 1) || memchr(rkey, '}', rkeylen) != NULL)
-		sibling = psprintf("%s:%s", rkey, suffix);
-	else
-		sibling = psprintf("{%s}:%s", rkey, suffix);
-	*len = strlen(sibling);
+	own_tag = !((close != NULL && close > open + 1) ||
+				memchr(rkey, '}', rkeylen) != NULL);
+
+	if (own_tag)
+		*p++ = '{';
+	memcpy(p, rkey, rkeylen);
+	p += rkeylen;
+	if (own_tag)
+		*p++ = '}';
+	*p++ = ':';
+	memcpy(p, suffix, suffixlen + 1);
+	*len = (p - sibling) + suffixlen;
 	return sibling;
 }
 

@@ -150,9 +150,8 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen)
 	lock->prefixlen = strlen(conn->key_prefix);
 	lock->session_holds = 0;
 	lock->xact_holds = 0;
-	lock->maxlevels = 4;
-	lock->levels = MemoryContextAlloc(locks_cxt,
-									  sizeof(LevelHolds) * lock->maxlevels);
+	lock->levels = NULL;		/* allocated with the first transaction hold */
+	lock->maxlevels = 0;
 	lock->nlevels = 0;
 	lock->in_redis = false;
 	lock->fence = 0;
@@ -167,7 +166,8 @@ remove_lock(HeldLock *lock)
 	char	   *key = (char *) lock->tag.key;
 	RedisConn  *conn = lock->conn;
 
-	pfree(lock->levels);
+	if (lock->levels != NULL)
+		pfree(lock->levels);
 	hash_search(held_locks, &lock->tag, HASH_REMOVE, NULL);
 	pfree(key);
 	redis_conn_unpin(conn);
@@ -198,7 +198,13 @@ add_hold(HeldLock *lock, bool session)
 	}
 	if (lock->nlevels == 0 || lock->levels[lock->nlevels - 1].level != level)
 	{
-		if (lock->nlevels == lock->maxlevels)
+		if (lock->levels == NULL)
+		{
+			lock->maxlevels = 4;
+			lock->levels = MemoryContextAlloc(locks_cxt,
+											  sizeof(LevelHolds) * lock->maxlevels);
+		}
+		else if (lock->nlevels == lock->maxlevels)
 		{
 			lock->maxlevels *= 2;
 			lock->levels = repalloc(lock->levels,

@@ -81,8 +81,9 @@ typedef struct RedisCall
 	const RedisScript *script;	/* NULL: argv is a plain command */
 	int			nkeys;			/* for scripts: argv[0..nkeys-1] are keys */
 	int			argc;
-	const char *argv[REDIS_CALL_MAX_ARGS];
+	const char *argv[REDIS_CALL_MAX_ARGS];	/* NULL: the integer below */
 	size_t		argvlen[REDIS_CALL_MAX_ARGS];
+	int64		intarg;			/* formatted when the call is sent */
 	void	   *origin;			/* what the caller made this call for */
 
 	int			reply_type;		/* REDIS_REPLY_*, or 0 when none arrived */
