@@ -42,6 +42,14 @@
 /* Every connection entry of this backend, retired ones included */
 static dlist_head connections = DLIST_STATIC_INIT(connections);
 
+/*
+ * redislock.server resolved to an OID, kept until the setting names another
+ * server or a foreign server changes: a lookup by name on every call would
+ * be the largest cost of a call besides Redis itself.
+ */
+static char server_name_resolved[NAMEDATALEN];
+static Oid	server_oid_resolved = InvalidOid;
+
 static bool exchange(RedisConn *conn, RedisCall *calls, int ncalls,
 					 int elevel);
 
@@ -550,6 +558,9 @@ invalidate_connections(Datum arg, int cacheid, uint32 hashvalue)
 {
 	dlist_iter	iter;
 
+	if (cacheid == FOREIGNSERVEROID)
+		server_oid_resolved = InvalidOid;
+
 	dlist_foreach(iter, &connections)
 	{
 		RedisConn  *conn = dlist_container(RedisConn, node, iter.cur);
@@ -699,8 +710,16 @@ new_connection(Oid serverid, Oid userid)
 static Oid
 current_server_oid(void)
 {
-	Oid			serverid = get_foreign_server_oid(redislock_server_name, true);
+	Oid			serverid = server_oid_resolved;
 	AclResult	aclresult;
+
+	if (!OidIsValid(serverid) ||
+		strcmp(server_name_resolved, redislock_server_name) != 0)
+	{
+		serverid = get_foreign_server_oid(redislock_server_name, true);
+		strlcpy(server_name_resolved, redislock_server_name, NAMEDATALEN);
+		server_oid_resolved = serverid;
+	}
 
 	if (!OidIsValid(serverid))
 		ereport(ERROR,

@@ -296,18 +296,15 @@ script_result(const RedisCall *call, const char *key)
 
 /* One attempt at taking the lock in Redis: true when taken */
 static bool
-try_acquire(HeldLock *lock, int ttl_ms)
+try_acquire(HeldLock *lock, const char *fence_key, int fence_keylen,
+			int ttl_ms)
 {
 	RedisCall	call;
-	int			fkeylen;
-	char	   *fkey = redis_sibling_key(lock->tag.key, lock->tag.keylen, "fence",
-									 &fkeylen);
-	long long	fence;
 
 	redis_call_init(&call, lock->conn, &acquire_script);
 	call.nkeys = 2;
 	add_lock_key(&call, lock);
-	redis_call_arg(&call, fkey, fkeylen);
+	redis_call_arg(&call, fence_key, fence_keylen);
 	add_token_arg(&call);
 	redis_call_int_arg(&call, ttl_ms);
 
@@ -320,8 +317,7 @@ try_acquire(HeldLock *lock, int ttl_ms)
 		script_result(&call, user_key(lock));
 		return false;
 	}
-	fence = call.integer;
-	lock->fence = fence;
+	lock->fence = call.integer;
 	lock->acquired_at = GetCurrentTimestamp();
 	set_lease(lock, ttl_ms);
 	return true;
@@ -382,9 +378,12 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	int			delay_ms = WAIT_MIN_DELAY_MS;
+	int			fence_keylen;
+	char	   *fence_key = redis_sibling_key(lock->tag.key, lock->tag.keylen,
+											  "fence", &fence_keylen);
 
 	redis_conn_connect(lock->conn);
-	while (!try_acquire(lock, ttl_ms))
+	while (!try_acquire(lock, fence_key, fence_keylen, ttl_ms))
 	{
 		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
 			return false;

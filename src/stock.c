@@ -186,7 +186,7 @@ validated_buyer(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *buyer;
 
-	/* a catalog entry made before buyer existed passes fewer arguments */
+	/* a declaration of the function without buyer passes fewer arguments */
 	if (PG_NARGS() <= argno || PG_ARGISNULL(argno))
 		return NULL;
 	buyer = text_to_cstring(PG_GETARG_TEXT_PP(argno));
