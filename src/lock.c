@@ -721,10 +721,10 @@ locks_verify_before_commit(void)
 	int			ncalls = 0;
 	int			i;
 
-	if (held_locks == NULL)
+	if (held_locks == NULL || hash_get_num_entries(held_locks) == 0)
 		return;
 
-	calls = palloc(sizeof(RedisCall) * Max(hash_get_num_entries(held_locks), 1));
+	calls = palloc(sizeof(RedisCall) * hash_get_num_entries(held_locks));
 	hash_seq_init(&status, held_locks);
 	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
 		if (lock->xact_holds > 0)
