@@ -753,6 +753,24 @@ locks_verify_before_commit(void)
 }
 
 /*
+ * A batched release has run: report a lock whose lease had been lost and
+ * forget the lock.  A failure to reach Redis was reported by redis_run();
+ * the lease then ends the lock at its expiry.
+ */
+static void
+release_done(RedisCall *call)
+{
+	HeldLock   *lock = (HeldLock *) call->origin;
+
+	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0 &&
+		lock->fence > 0)
+		warn_lost(lock);
+	else if (call->reply_type != REDIS_REPLY_INTEGER && call->reply_type != 0)
+		redis_unexpected_reply(call, user_key(lock), WARNING);
+	remove_lock(lock);
+}
+
+/*
  * Queue the release of a lock that has no holds left, if Redis may have it;
  * forget it at once otherwise.
  */
@@ -762,14 +780,22 @@ queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
 	if (total_holds(lock) > 0)
 		return;
 	if (lock->in_redis)
-		prepare_release(redis_batch_add(batch), lock);
+	{
+		RedisCall  *call = redis_batch_add(batch);
+
+		prepare_release(call, lock);
+		call->on_reply = release_done;
+	}
 	else
 		remove_lock(lock);
 }
 
-/* At transaction end every transaction hold ends */
+/*
+ * At transaction end every transaction hold ends; at backend exit
+ * (session_too) every session hold as well.
+ */
 void
-locks_end_xact(RedisBatch *batch)
+locks_end_xact(RedisBatch *batch, bool session_too)
 {
 	HASH_SEQ_STATUS status;
 	HeldLock   *lock;
@@ -779,6 +805,8 @@ locks_end_xact(RedisBatch *batch)
 	hash_seq_init(&status, held_locks);
 	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
 	{
+		if (session_too)
+			lock->session_holds = 0;
 		lock->xact_holds = 0;
 		lock->nlevels = 0;
 		queue_release_if_unheld(batch, lock);
@@ -819,50 +847,5 @@ locks_end_subxact(RedisBatch *batch, int level, bool commit)
 		}
 		if (!commit)
 			queue_release_if_unheld(batch, lock);
-	}
-}
-
-/* At backend exit, every hold ends */
-void
-locks_end_session(RedisBatch *batch)
-{
-	HASH_SEQ_STATUS status;
-	HeldLock   *lock;
-
-	if (held_locks == NULL)
-		return;
-	hash_seq_init(&status, held_locks);
-	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
-	{
-		lock->session_holds = 0;
-		lock->xact_holds = 0;
-		lock->nlevels = 0;
-		queue_release_if_unheld(batch, lock);
-	}
-}
-
-/*
- * After the batch ran: report locks whose lease had been lost and forget
- * every released lock.  Failures to reach Redis were reported by
- * redis_run(); the lease then ends those locks at its expiry.
- */
-void
-locks_batch_done(RedisBatch *batch)
-{
-	int			i;
-
-	for (i = 0; i < batch->ncalls; i++)
-	{
-		RedisCall  *call = &batch->calls[i];
-		HeldLock   *lock = (HeldLock *) call->origin;
-
-		if (call->script != &release_script)
-			continue;
-		if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0 &&
-			lock->fence > 0)
-			warn_lost(lock);
-		else if (call->reply_type != REDIS_REPLY_INTEGER && call->reply_type != 0)
-			redis_unexpected_reply(call, user_key(lock), WARNING);
-		remove_lock(lock);
 	}
 }

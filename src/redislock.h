@@ -85,6 +85,7 @@ typedef struct RedisCall
 	size_t		argvlen[REDIS_CALL_MAX_ARGS];
 	int64		intarg;			/* formatted when the call is sent */
 	void	   *origin;			/* what the caller made this call for */
+	void		(*on_reply) (struct RedisCall *call);	/* for batched calls */
 
 	int			reply_type;		/* REDIS_REPLY_*, or 0 when none arrived */
 	long long	integer;
@@ -124,17 +125,18 @@ typedef struct RedisBatch
 
 extern RedisCall *redis_batch_add(RedisBatch *batch);
 
+/*
+ * Each queues its Redis work in the batch, with an on_reply callback that
+ * reports failures and forgets what is done once the batch has run.
+ */
 extern bool locks_have_xact_holds(void);
 extern void locks_verify_before_commit(void);
-extern void locks_end_xact(RedisBatch *batch);
+extern void locks_end_xact(RedisBatch *batch, bool session_too);
 extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
-extern void locks_end_session(RedisBatch *batch);
-extern void locks_batch_done(RedisBatch *batch);
 
 extern bool stock_has_pending(void);
 extern void stock_end_xact(RedisBatch *batch, bool commit);
 extern void stock_end_subxact(RedisBatch *batch, int level, bool commit);
-extern void stock_batch_done(RedisBatch *batch);
 
 extern void redislock_init_xact(void);
 

@@ -284,19 +284,52 @@ stock_has_pending(void)
 	return !dlist_is_empty(&pending);
 }
 
-/* Queue the script that gives back the units of a decrement */
-static void
-queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
-{
-	prepare_decrement_call(redis_batch_add(batch), decrement,
-						   &stock_giveback_script);
-}
-
 static void
 forget_decrement(PendingDecrement *decrement)
 {
 	dlist_delete(&decrement->node);
 	redis_conn_unpin(decrement->conn);
+}
+
+/*
+ * A batched give-back has run: report units that could not be given back,
+ * then forget the decrement.  A failure to reach Redis was reported by
+ * redis_run(); those units stay taken, so stock is undersold, never
+ * oversold.
+ */
+static void
+giveback_done(RedisCall *call)
+{
+	PendingDecrement *decrement = (PendingDecrement *) call->origin;
+	const char *key = decrement->rkey + decrement->prefixlen;
+
+	if (call->reply_type == REDIS_REPLY_NIL)
+		ereport(WARNING,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("Redis stock \"%s\" was deleted before its rolled-back decrement could be given back",
+						key),
+				 errdetail("Quantity not given back: " INT64_FORMAT ".",
+						   decrement->qty)));
+	else if (call->reply_type == 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
+						key),
+				 errdetail("Quantity not given back: " INT64_FORMAT ".",
+						   decrement->qty)));
+	else if (call->reply_type != REDIS_REPLY_INTEGER)
+		redis_unexpected_reply(call, key, WARNING);
+	forget_decrement(decrement);
+}
+
+/* Queue the script that gives back the units of a decrement */
+static void
+queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
+{
+	RedisCall  *call = redis_batch_add(batch);
+
+	prepare_decrement_call(call, decrement, &stock_giveback_script);
+	call->on_reply = giveback_done;
 }
 
 /*
@@ -340,45 +373,5 @@ stock_end_subxact(RedisBatch *batch, int level, bool commit)
 			decrement->level = level - 1;
 		else
 			queue_giveback(batch, decrement);
-	}
-}
-
-/*
- * After the batch ran: report units that could not be given back, then
- * forget the decrements.  Failures to reach Redis were reported by
- * redis_run(); these units stay taken, so stock is undersold, never
- * oversold.
- */
-void
-stock_batch_done(RedisBatch *batch)
-{
-	int			i;
-
-	for (i = 0; i < batch->ncalls; i++)
-	{
-		RedisCall  *call = &batch->calls[i];
-		PendingDecrement *decrement = (PendingDecrement *) call->origin;
-		const char *key;
-
-		if (call->script != &stock_giveback_script)
-			continue;
-		key = decrement->rkey + decrement->prefixlen;
-		if (call->reply_type == REDIS_REPLY_NIL)
-			ereport(WARNING,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("Redis stock \"%s\" was deleted before its rolled-back decrement could be given back",
-							key),
-					 errdetail("Quantity not given back: " INT64_FORMAT ".",
-							   decrement->qty)));
-		else if (call->reply_type == 0)
-			ereport(WARNING,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
-							key),
-					 errdetail("Quantity not given back: " INT64_FORMAT ".",
-							   decrement->qty)));
-		else if (call->reply_type != REDIS_REPLY_INTEGER)
-			redis_unexpected_reply(call, key, WARNING);
-		forget_decrement(decrement);
 	}
 }

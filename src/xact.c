@@ -40,44 +40,48 @@ redis_batch_add(RedisBatch *batch)
 	return &batch->calls[batch->ncalls++];
 }
 
-/* Run the queued work, report what failed and forget what is done */
-static void
-run_batch(RedisBatch *batch)
+/* Which holds and decrements end */
+typedef enum RedisScopeEnd
 {
-	if (batch->ncalls > 0)
-		(void) redis_run(batch->calls, batch->ncalls, WARNING);
-	locks_batch_done(batch);
-	stock_batch_done(batch);
-}
+	END_SUBTRANSACTION,
+	END_TRANSACTION,
+	END_SESSION
+} RedisScopeEnd;
 
 /*
- * Transaction end: transaction holds end, and decrements are given back if
- * the transaction did not commit.
+ * End a subtransaction, a transaction or the session: queue the Redis work
+ * of the holds and decrements that end (lock releases, give-backs of
+ * decrements not committed), run it, then let each call's owner report
+ * failures and forget what is done.
  */
 static void
-end_xact(bool commit)
-{
-	MemoryContext oldcxt = MemoryContextSwitchTo(batch_cxt);
-	RedisBatch	batch = {0};
-
-	locks_end_xact(&batch);
-	stock_end_xact(&batch, commit);
-	run_batch(&batch);
-
-	MemoryContextSwitchTo(oldcxt);
-	MemoryContextReset(batch_cxt);
-}
-
-static void
-end_subxact(bool commit)
+end_scope(RedisScopeEnd scope, bool commit)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(batch_cxt);
 	RedisBatch	batch = {0};
 	int			level = GetCurrentTransactionNestLevel();
+	int			i;
 
-	locks_end_subxact(&batch, level, commit);
-	stock_end_subxact(&batch, level, commit);
-	run_batch(&batch);
+	switch (scope)
+	{
+		case END_SUBTRANSACTION:
+			locks_end_subxact(&batch, level, commit);
+			stock_end_subxact(&batch, level, commit);
+			break;
+		case END_TRANSACTION:
+			locks_end_xact(&batch, false);
+			stock_end_xact(&batch, commit);
+			break;
+		case END_SESSION:
+			locks_end_xact(&batch, true);
+			stock_end_xact(&batch, false);
+			break;
+	}
+
+	if (batch.ncalls > 0)
+		(void) redis_run(batch.calls, batch.ncalls, WARNING);
+	for (i = 0; i < batch.ncalls; i++)
+		batch.calls[i].on_reply(&batch.calls[i]);
 
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextReset(batch_cxt);
@@ -110,10 +114,10 @@ xact_callback(XactEvent event, void *arg)
 			refuse_prepare();
 			break;
 		case XACT_EVENT_COMMIT:
-			end_xact(true);
+			end_scope(END_TRANSACTION, true);
 			break;
 		case XACT_EVENT_ABORT:
-			end_xact(false);
+			end_scope(END_TRANSACTION, false);
 			break;
 		default:
 			/* functions are parallel unsafe: nothing runs in workers */
@@ -126,9 +130,9 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				 SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_COMMIT_SUB)
-		end_subxact(true);
+		end_scope(END_SUBTRANSACTION, true);
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
-		end_subxact(false);
+		end_scope(END_SUBTRANSACTION, false);
 }
 
 /*
@@ -139,14 +143,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 static void
 shmem_exit_callback(int code, Datum arg)
 {
-	MemoryContext oldcxt = MemoryContextSwitchTo(batch_cxt);
-	RedisBatch	batch = {0};
-
-	locks_end_session(&batch);
-	stock_end_xact(&batch, false);
-	run_batch(&batch);
-
-	MemoryContextSwitchTo(oldcxt);
+	end_scope(END_SESSION, false);
 }
 
 void
