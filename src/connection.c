@@ -825,20 +825,6 @@ redis_conn_unpin(RedisConn *conn)
 		free_connection(conn);
 }
 
-/* The Redis key of a user's key: the server's key prefix, then the key */
-char *
-redis_key_for(RedisConn *conn, const char *key, int keylen, int *rkeylen)
-{
-	int			prefixlen = strlen(conn->key_prefix);
-	char	   *rkey = palloc(prefixlen + keylen + 1);
-
-	memcpy(rkey, conn->key_prefix, prefixlen);
-	memcpy(rkey + prefixlen, key, keylen);
-	rkey[prefixlen + keylen] = '\0';
-	*rkeylen = prefixlen + keylen;
-	return rkey;
-}
-
 /*
  * A key that keeps data beside a Redis key (a lock's fencing counter, an
  * item's buyers) and must hash to its Redis Cluster slot: it reuses the
@@ -873,21 +859,47 @@ redis_sibling_key(const char *rkey, int rkeylen, const char *suffix, int *len)
 	return sibling;
 }
 
-/* A key argument of a SQL function: neither NULL nor empty */
+/*
+ * The Redis key named by key argument argno of a SQL function, on the
+ * server of redislock.server: that server's key prefix, then the key.  The
+ * key is checked (neither NULL nor empty) before anything else is done.
+ */
 char *
-validated_key(Datum keydatum, bool isnull, int *keylen)
+redis_key_arg(FunctionCallInfo fcinfo, int argno, RedisConn **conn_out,
+			  int *rkeylen)
 {
-	char	   *key;
+	text	   *key;
+	int			keylen;
+	int			prefixlen;
+	RedisConn  *conn;
+	char	   *rkey;
 
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("Redis key must not be null")));
-	key = TextDatumGetCString(keydatum);
-	*keylen = strlen(key);
-	if (*keylen == 0)
+	require_argument(fcinfo, argno, "Redis key");
+	key = PG_GETARG_TEXT_PP(argno);
+	keylen = VARSIZE_ANY_EXHDR(key);
+	if (keylen == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("Redis key must not be empty")));
-	return key;
+
+	conn = redis_conn_current();
+	prefixlen = strlen(conn->key_prefix);
+	rkey = palloc(prefixlen + keylen + 1);
+	memcpy(rkey, conn->key_prefix, prefixlen);
+	memcpy(rkey + prefixlen, VARDATA_ANY(key), keylen);
+	rkey[prefixlen + keylen] = '\0';
+
+	*conn_out = conn;
+	*rkeylen = prefixlen + keylen;
+	return rkey;
+}
+
+/* The functions are not STRICT, so that a NULL argument is an error */
+void
+require_argument(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
 }

@@ -418,10 +418,7 @@ validated_ttl(FunctionCallInfo fcinfo, int argno)
 {
 	int			ttl_ms;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("ttl_ms must not be null")));
+	require_argument(fcinfo, argno, "ttl_ms");
 	ttl_ms = PG_GETARG_INT32(argno);
 	if (ttl_ms <= 0)
 		ereport(ERROR,
@@ -435,10 +432,7 @@ validated_wait(FunctionCallInfo fcinfo, int argno)
 {
 	int			wait_ms;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("wait_ms must not be null")));
+	require_argument(fcinfo, argno, "wait_ms");
 	wait_ms = PG_GETARG_INT32(argno);
 	if (wait_ms < -1)
 		ereport(ERROR,
@@ -449,19 +443,17 @@ validated_wait(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * The held lock for a key argument on redislock.server; *rkey_out receives
- * the Redis key.  Returns NULL when the backend has no entry for it.
+ * The held lock for the key argument; *conn_out and *rkey_out receive the
+ * server's connection and the Redis key.  NULL when the backend has no
+ * entry for it.
  */
 static HeldLock *
 lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
 			   char **rkey_out, int *rkeylen_out)
 {
-	int			keylen;
-	char	   *key = validated_key(PG_GETARG_DATUM(0), PG_ARGISNULL(0),
-									&keylen);
-	RedisConn  *conn = redis_conn_current();
+	RedisConn  *conn;
 	int			rkeylen;
-	char	   *rkey = redis_key_for(conn, key, keylen, &rkeylen);
+	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
 
 	if (conn_out)
 		*conn_out = conn;

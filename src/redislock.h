@@ -9,6 +9,7 @@
 #ifndef REDISLOCK_H
 #define REDISLOCK_H
 
+#include "fmgr.h"
 #include "lib/ilist.h"
 #include "utils/timestamp.h"
 
@@ -108,12 +109,12 @@ extern void redis_conn_pin(RedisConn *conn);
 extern void redis_conn_unpin(RedisConn *conn);
 extern void redislock_init_connections(void);
 
-/* Redis key of a user's key: the server's key prefix followed by the key */
-extern char *redis_key_for(RedisConn *conn, const char *key, int keylen,
-						   int *rkeylen);
+extern char *redis_key_arg(FunctionCallInfo fcinfo, int argno,
+						   RedisConn **conn_out, int *rkeylen);
 extern char *redis_sibling_key(const char *rkey, int rkeylen,
 							   const char *suffix, int *len);
-extern char *validated_key(Datum keydatum, bool isnull, int *keylen);
+extern void require_argument(FunctionCallInfo fcinfo, int argno,
+							 const char *name);
 
 /* Transaction-end hooks of lock.c and stock.c, driven by xact.c */
 typedef struct RedisBatch

@@ -51,10 +51,7 @@ validated_qty(FunctionCallInfo fcinfo, int argno, bool zero_ok)
 {
 	int64		qty;
 
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("qty must not be null")));
+	require_argument(fcinfo, argno, "qty");
 	qty = PG_GETARG_INT64(argno);
 	if (qty < 0 || (qty == 0 && !zero_ok))
 		ereport(ERROR,
@@ -67,19 +64,17 @@ validated_qty(FunctionCallInfo fcinfo, int argno, bool zero_ok)
 
 /*
  * Start a call on the stock key named by the first argument: a plain
- * command when command is given, else the script.
+ * command when command is given, else the script.  *key_out receives the
+ * key as the user gave it, for messages.
  */
 static void
 prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
 				   const char *command, const RedisScript *script,
-				   char **key_out)
+				   const char **key_out)
 {
-	int			keylen;
-	char	   *key = validated_key(PG_GETARG_DATUM(0), PG_ARGISNULL(0),
-									&keylen);
-	RedisConn  *conn = redis_conn_current();
+	RedisConn  *conn;
 	int			rkeylen;
-	char	   *rkey = redis_key_for(conn, key, keylen, &rkeylen);
+	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
 
 	redis_call_init(call, conn, script);
 	if (command != NULL)
@@ -87,7 +82,7 @@ prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
 	else
 		call->nkeys = 1;
 	redis_call_arg(call, rkey, rkeylen);
-	*key_out = key;
+	*key_out = rkey + strlen(conn->key_prefix);
 }
 
 /* Turn an error reply about a stock key into the matching PostgreSQL error */
@@ -127,7 +122,7 @@ redis_stock_set(PG_FUNCTION_ARGS)
 {
 	int64		qty = validated_qty(fcinfo, 1, true);
 	RedisCall	call;
-	char	   *key;
+	const char *key;
 
 	prepare_stock_call(fcinfo, &call, "SET", NULL, &key);
 	redis_call_int_arg(&call, qty);
@@ -142,7 +137,7 @@ Datum
 redis_stock_get(PG_FUNCTION_ARGS)
 {
 	RedisCall	call;
-	char	   *key;
+	const char *key;
 	char	   *end;
 	long long	stock;
 
@@ -173,7 +168,7 @@ redis_stock_incr(PG_FUNCTION_ARGS)
 {
 	int64		qty = validated_qty(fcinfo, 1, false);
 	RedisCall	call;
-	char	   *key;
+	const char *key;
 
 	prepare_stock_call(fcinfo, &call, "INCRBY", NULL, &key);
 	redis_call_int_arg(&call, qty);
@@ -199,18 +194,22 @@ validated_buyer(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * The record of a decrement, made in TopTransactionContext before Redis is
+ * The record of a decrement of the key argument, made in
+ * TopTransactionContext before Redis is
  * asked, so that nothing can fail once Redis has taken the units.
  */
 static PendingDecrement *
-new_decrement(RedisConn *conn, const char *key, int keylen, int64 qty,
-			  const char *buyer)
+new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 {
+	RedisConn  *conn;
+	int			rkeylen;
+	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
 	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	PendingDecrement *decrement = palloc0(sizeof(PendingDecrement));
 
 	decrement->conn = conn;
-	decrement->rkey = redis_key_for(conn, key, keylen, &decrement->rkeylen);
+	decrement->rkey = pstrdup(rkey);
+	decrement->rkeylen = rkeylen;
 	decrement->prefixlen = strlen(conn->key_prefix);
 	if (buyer != NULL)
 	{
@@ -259,17 +258,13 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 {
 	int64		qty = validated_qty(fcinfo, 1, false);
 	const char *buyer = validated_buyer(fcinfo, 2);
-	int			keylen;
-	char	   *key = validated_key(PG_GETARG_DATUM(0), PG_ARGISNULL(0),
-									&keylen);
-	PendingDecrement *decrement;
+	PendingDecrement *decrement = new_decrement(fcinfo, qty, buyer);
 	RedisCall	call;
 	int64		remaining;
 
-	decrement = new_decrement(redis_conn_current(), key, keylen, qty, buyer);
 	prepare_decrement_call(&call, decrement, &stock_decr_script);
 	redis_run(&call, 1, ERROR);
-	remaining = stock_result(&call, key);
+	remaining = stock_result(&call, decrement->rkey + decrement->prefixlen);
 	if (remaining < 0)
 		PG_RETURN_INT64(remaining);
 
