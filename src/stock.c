@@ -195,8 +195,8 @@ validated_buyer(FunctionCallInfo fcinfo, int argno)
 
 /*
  * The record of a decrement of the key argument, made in
- * TopTransactionContext before Redis is
- * asked, so that nothing can fail once Redis has taken the units.
+ * TopTransactionContext before Redis is asked, so that nothing can fail
+ * once Redis has taken the units.
  */
 static PendingDecrement *
 new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
