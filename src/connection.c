@@ -230,6 +230,7 @@ append_resp_header(StringInfo buf, char marker, uint64 number)
 	p += pg_ulltoa_n(number, p);
 	*p++ = '\r';
 	*p++ = '\n';
+	*p = '\0';
 	buf->len = p - buf->data;
 }
 
@@ -243,6 +244,7 @@ append_resp_bulk(StringInfo buf, const char *arg, size_t len)
 	buf->data[buf->len + len] = '\r';
 	buf->data[buf->len + len + 1] = '\n';
 	buf->len += len + 2;
+	buf->data[buf->len] = '\0';
 }
 
 /*
