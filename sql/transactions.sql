@@ -92,7 +92,19 @@ SELECT pg_sleep(0.3);
 COMMIT;
 \! redis-cli -p $REDIS_PORT GET xact:lost2
 RESET redislock.verify_before_commit;
-\! redis-cli -p $REDIS_PORT DEL xact:lost xact:lost2 > /dev/null
+
+-- a session hold on a lock lost before commit outlives the abort, and
+-- release_all still ends it (reporting the lost lease)
+BEGIN;
+SELECT redis_lock_acquire_session('xact:lost3', 100), redis_lock_acquire('xact:lost3', 100);
+SELECT pg_sleep(0.3);
+\! redis-cli -p $REDIS_PORT SET xact:lost3 intruder NX PX 60000 > /dev/null
+COMMIT;
+SELECT key, scope, holds FROM redis_locks();
+SELECT redis_lock_release_all();
+SELECT count(*) FROM redis_locks();
+\! redis-cli -p $REDIS_PORT GET xact:lost3
+\! redis-cli -p $REDIS_PORT DEL xact:lost xact:lost2 xact:lost3 > /dev/null
 
 -- PREPARE TRANSACTION is refused while Redis state is tied to it
 BEGIN;

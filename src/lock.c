@@ -578,7 +578,7 @@ redis_lock_release_all(PG_FUNCTION_ARGS)
 	calls = palloc(sizeof(RedisCall) * Max(hash_get_num_entries(held_locks), 1));
 	hash_seq_init(&status, held_locks);
 	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
-		if (lock->in_redis)
+		if (total_holds(lock) > 0 || lock->in_redis)
 			prepare_release(&calls[ncalls++], lock);
 
 	redis_run(calls, ncalls, ERROR);
