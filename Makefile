@@ -1,12 +1,12 @@
 EXTENSION = redislock
-EXTVERSION = 1.0
+EXTVERSION = 1.1
 
 MODULE_big = redislock
 OBJS = src/redislock.o src/connection.o src/scripts.o src/option.o \
 	src/lock.o src/stock.o src/xact.o
 SHLIB_LINK = -lhiredis
 
-DATA = sql/redislock--1.0.sql
+DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.0--1.1.sql
 
 REGRESS = setup fdw_options errors locks stacking transactions stock \
 	binary_keys privileges seckill_example

@@ -1,0 +1,85 @@
+/* redislock--1.1.sql */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION redislock" to load this file. \quit
+
+-- Where Redis is: a foreign data wrapper whose servers carry host, port,
+-- unix_socket, database and key_prefix, and whose user mappings carry the
+-- Redis ACL username and password.
+CREATE FUNCTION redislock_fdw_validator(text[], oid)
+RETURNS void
+AS 'MODULE_PATHNAME'
+LANGUAGE C STRICT;
+
+CREATE FOREIGN DATA WRAPPER redislock
+  VALIDATOR redislock_fdw_validator;
+
+CREATE SERVER redislock FOREIGN DATA WRAPPER redislock
+  OPTIONS (host '127.0.0.1', port '6379');
+
+-- Locks.  The functions are not STRICT: a NULL argument is an error.
+CREATE FUNCTION redis_lock_acquire(key text, ttl_ms integer DEFAULT 30000,
+                                   wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_acquire_session(key text,
+                                           ttl_ms integer DEFAULT 30000,
+                                           wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire_session'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_release(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_release_all()
+RETURNS integer
+AS 'MODULE_PATHNAME', 'redis_lock_release_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_extend(key text, ttl_ms integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_extend'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_fence(key text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_lock_fence'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_locks(OUT key text, OUT scope text, OUT holds integer,
+                            OUT fence bigint, OUT acquired_at timestamptz,
+                            OUT lease_expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_locks'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
+
+-- Flash-sale stock
+CREATE FUNCTION redis_stock_set(key text, qty bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redis_stock_set'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stock_get(key text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_stock_get'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stock_incr(key text, qty bigint DEFAULT 1)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_stock_incr'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stock_decr(key text, qty bigint DEFAULT 1,
+                                 buyer text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_stock_decr'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Stock administration is for those an administrator chooses.
+REVOKE EXECUTE ON FUNCTION redis_stock_set(text, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION redis_stock_incr(text, bigint) FROM PUBLIC;
