@@ -29,7 +29,7 @@ SELECT redis_stock_decr('priv:s');
 RESET ROLE;
 
 -- the extension is not trusted
-SELECT trusted FROM pg_available_extension_versions WHERE name = 'redislock';
+SELECT DISTINCT trusted FROM pg_available_extension_versions WHERE name = 'redislock';
 
 DROP USER MAPPING FOR regress_rl_admin SERVER redislock;
 REVOKE ALL ON FUNCTION redis_stock_set(text, bigint) FROM regress_rl_user;
