@@ -2,3 +2,21 @@
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION redislock UPDATE TO '1.1'" to load this file. \quit
+
+-- Connections of this backend, as postgres_fdw shows and closes its own.
+CREATE FUNCTION redis_connections(OUT server_name name, OUT endpoint text,
+                                  OUT user_name name, OUT in_use boolean,
+                                  OUT valid boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_connections'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT ROWS 4;
+
+CREATE FUNCTION redis_disconnect(server name)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_disconnect'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE FUNCTION redis_disconnect_all()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_disconnect_all'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT;

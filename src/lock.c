@@ -309,7 +309,7 @@ try_acquire(HeldLock *lock, const char *fence_key, int fence_keylen,
 	redis_call_int_arg(&call, ttl_ms);
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
-	redis_run(&call, 1, ERROR);
+	redis_run(&call, 1);
 	if (call.reply_type != REDIS_REPLY_INTEGER || call.integer == 0)
 	{
 		/* known outcome: not taken (an error reply means the SET failed) */
@@ -354,7 +354,7 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("canceling statement due to lock timeout"),
 					 errdetail("Waited %ld ms for Redis lock \"%s\" at %s.",
-							   elapsed, user_key(lock), lock->conn->endpoint)));
+							   elapsed, user_key(lock), lock->conn->node.endpoint)));
 		return false;
 	}
 
@@ -382,7 +382,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	char	   *fence_key = redis_sibling_key(lock->tag.key, lock->tag.keylen,
 											  "fence", &fence_keylen);
 
-	redis_conn_connect(lock->conn);
+	redis_connect(lock->conn);
 	while (!try_acquire(lock, fence_key, fence_keylen, ttl_ms))
 	{
 		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
@@ -402,13 +402,13 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 	RedisCall	call;
 
 	prepare_extend(&call, lock, ttl_ms);
-	redis_run(&call, 1, ERROR);
+	redis_run(&call, 1);
 	if (script_result(&call, user_key(lock)) != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
 				 errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
-						   lock->conn->endpoint),
+						   lock->conn->node.endpoint),
 				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
 	set_lease(lock, ttl_ms);
 }
@@ -522,7 +522,7 @@ warn_lost(HeldLock *lock)
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
 			 errdetail("The lock at Redis server %s expired or was taken by another client; the key was left alone.",
-					   lock->conn->endpoint)));
+					   lock->conn->node.endpoint)));
 }
 
 /*
@@ -549,7 +549,7 @@ redis_lock_release(PG_FUNCTION_ARGS)
 	}
 
 	prepare_release(&call, lock);
-	redis_run(&call, 1, ERROR);
+	redis_run(&call, 1);
 	released = (script_result(&call, user_key(lock)) == 1);
 	if (!released)
 		warn_lost(lock);
@@ -581,7 +581,7 @@ redis_lock_release_all(PG_FUNCTION_ARGS)
 		if (total_holds(lock) > 0 || lock->in_redis)
 			prepare_release(&calls[ncalls++], lock);
 
-	redis_run(calls, ncalls, ERROR);
+	redis_run(calls, ncalls);
 	for (i = 0; i < ncalls; i++)
 	{
 		HeldLock   *done = (HeldLock *) calls[i].origin;
@@ -614,7 +614,7 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 	}
 
 	prepare_extend(&call, lock, ttl_ms);
-	redis_run(&call, 1, ERROR);
+	redis_run(&call, 1);
 	if (script_result(&call, user_key(lock)) != 1)
 	{
 		warn_lost(lock);
@@ -724,7 +724,7 @@ locks_verify_before_commit(void)
 	if (ncalls == 0)
 		return;
 
-	redis_run(calls, ncalls, ERROR);
+	redis_run(calls, ncalls);
 	for (i = 0; i < ncalls; i++)
 	{
 		lock = (HeldLock *) calls[i].origin;
@@ -737,7 +737,7 @@ locks_verify_before_commit(void)
 					 errmsg("Redis lock \"%s\" was lost before commit",
 							user_key(lock)),
 					 errdetail("The lock at Redis server %s expired or was taken by another client while the transaction held it.",
-							   lock->conn->endpoint),
+							   lock->conn->node.endpoint),
 					 errhint("Retry the transaction; a longer ttl_ms may help.")));
 		}
 		set_lease(lock, lock->ttl_ms);

@@ -23,6 +23,7 @@ PG_MODULE_MAGIC;
 char	   *redislock_server_name = NULL;
 int			redislock_connect_timeout = 1000;
 int			redislock_command_timeout = 1000;
+int			redislock_end_timeout_limit = 30000;
 bool		redislock_verify_before_commit = true;
 
 uint32		redislock_wait_event = PG_WAIT_EXTENSION;
@@ -67,7 +68,10 @@ redislock_owner_token(void)
 	return owner_token;
 }
 
-/* Settings are user-settable: each one only affects the session's own work */
+/*
+ * Settings are user-settable, as each one only affects the session's own
+ * work, except the administrator's cap on transaction ends.
+ */
 static void
 define_settings(void)
 {
@@ -80,7 +84,7 @@ define_settings(void)
 							   NULL, NULL, NULL);
 
 	DefineCustomIntVariable("redislock.connect_timeout",
-							"Time allowed to connect to Redis.",
+							"Time allowed to connect and authenticate to Redis.",
 							NULL,
 							&redislock_connect_timeout,
 							1000, 1, 3600 * 1000,
@@ -88,11 +92,24 @@ define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("redislock.command_timeout",
-							"Time allowed for Redis to answer one round trip.",
+							"Time allowed for one Redis operation, from the first byte sent to the last reply.",
 							NULL,
 							&redislock_command_timeout,
 							1000, 1, 3600 * 1000,
 							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/*
+	 * Commit and abort hold PostgreSQL's locks while they release Redis
+	 * state, so the administrator caps how long that may take, whatever
+	 * command_timeout a user sets.
+	 */
+	DefineCustomIntVariable("redislock.end_timeout_limit",
+							"Longest time the Redis work of one transaction end may take.",
+							"It caps redislock.command_timeout at commit, abort and backend exit.",
+							&redislock_end_timeout_limit,
+							30000, 1, 3600 * 1000,
+							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("redislock.verify_before_commit",

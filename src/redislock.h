@@ -4,6 +4,15 @@
  *		Shared declarations of the redislock extension: Redis distributed
  *		locks and Redis-side stock counters tied to PostgreSQL transactions.
  *
+ * The layers, from the SQL functions down:
+ *		lock.c, stock.c		what to do with which keys (the SQL functions)
+ *		xact.c				what happens at transaction and backend end
+ *		args.c				SQL arguments turned into Redis keys
+ *		connection.c		the connection cache: foreign server and user
+ *		batch.c				running a set of calls over several nodes
+ *		node.c				one non-blocking socket to one Redis node
+ *		resp.c				RESP encoding of commands
+ *
  *-------------------------------------------------------------------------
  */
 #ifndef REDISLOCK_H
@@ -11,12 +20,18 @@
 
 #include "fmgr.h"
 #include "lib/ilist.h"
+#include "lib/stringinfo.h"
+#include "storage/latch.h"
 #include "utils/timestamp.h"
+
+struct redisReader;
+struct redisReply;
 
 /* Settings (redislock.*), defined in redislock.c */
 extern char *redislock_server_name;
 extern int	redislock_connect_timeout;
 extern int	redislock_command_timeout;
+extern int	redislock_end_timeout_limit;
 extern bool redislock_verify_before_commit;
 
 /* Wait event reported while waiting for a lock or for Redis */
@@ -45,36 +60,71 @@ extern RedisScript stock_giveback_script;
 extern void redislock_init_scripts(void);
 
 /*
- * One connection to one Redis server, for one foreign server and user.
- * It keeps a copy of the options it was made with, so it can reconnect at
- * transaction end without catalog access.  Held locks and pending stock
- * decrements pin it; an entry whose options changed while pinned is
- * retired (kept for what it still holds) and replaced for new work.
+ * One Redis node: a non-blocking socket, the bytes still to be written to
+ * it, and hiredis' reader for what comes back (node.c).
+ */
+typedef struct RedisNode
+{
+	char	   *host;			/* NULL when unix_socket is set */
+	int			port;
+	char	   *unix_socket;
+	char	   *endpoint;		/* "host:port" or the socket, for messages */
+	pgsocket	sock;			/* PGINVALID_SOCKET while disconnected */
+	struct redisReader *reader;
+	WaitEventSet *waitset;		/* latch, postmaster death, sock */
+	uint32		waitset_events; /* socket events registered in waitset */
+	StringInfoData out;			/* encoded commands not written yet */
+	int			out_sent;		/* bytes of out already written */
+	int			awaiting;		/* replies sent for and not read */
+	int			deferred;		/* leading ones that nobody waits for */
+	uint64		failed_end;		/* id of the transaction end it failed in */
+	bool		checked;		/* known ready: connected, peer not gone */
+} RedisNode;
+
+extern bool node_connect(RedisNode *node, TimestampTz deadline, int elevel);
+extern void node_disconnect(RedisNode *node);
+extern bool node_is_connected(const RedisNode *node);
+extern bool node_peer_closed(RedisNode *node);
+extern bool node_flush(RedisNode *node);
+extern bool node_receive(RedisNode *node, bool *closed);
+extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
+extern void node_release_buffers(RedisNode *node);
+extern int	node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline,
+					  int elevel);
+
+/*
+ * One connection cache entry: a foreign server and user, the options they
+ * were read with, and the node they lead to.  A copy of the options lets
+ * transaction end reach Redis without catalog access.  Held locks and
+ * pending stock decrements pin it; an entry whose options changed while
+ * pinned is retired (kept for what it still holds) and replaced.
  */
 typedef struct RedisConn
 {
-	dlist_node	node;
+	dlist_node	node_link;
 	Oid			serverid;
 	Oid			userid;
 	uint32		server_hashvalue;	/* syscache hash of serverid */
 	bool		invalidated;	/* catalog changed: re-read options */
 	bool		retired;		/* replaced; alive only while pinned */
+	bool		used_in_xact;	/* used by the current transaction */
 	int			pins;
-	struct redisContext *ctx;	/* NULL while disconnected */
-	int			applied_timeout;	/* command timeout set on ctx, ms */
 	MemoryContext cxt;			/* holds the option strings below */
-	char	   *host;
-	int			port;
-	char	   *unix_socket;
 	int			database;
 	char	   *key_prefix;
 	char	   *username;
 	char	   *password;
-	char	   *endpoint;		/* "host:port" or the socket, for messages */
+	RedisNode	node;
 } RedisConn;
 
+extern RedisConn *redis_conn_current(void);
+extern void redis_conn_pin(RedisConn *conn);
+extern void redis_conn_unpin(RedisConn *conn);
+extern void redis_conns_end_xact(void);
+extern void redislock_init_connections(void);
+
 /* A Redis command, or a script call, and the reply copied out of hiredis */
-#define REDIS_CALL_MAX_ARGS 6
+#define REDIS_CALL_MAX_ARGS 8
 
 typedef struct RedisCall
 {
@@ -94,29 +144,33 @@ typedef struct RedisCall
 	size_t		len;
 } RedisCall;
 
+extern void resp_append_call(StringInfo buf, const RedisCall *call);
+extern void resp_append_script_load(StringInfo buf, const RedisScript *script);
+
+/* An absolute deadline, and the bound it came from for messages */
+typedef struct RedisDeadline
+{
+	TimestampTz at;
+	int			ms;
+} RedisDeadline;
+
 extern void redis_call_init(RedisCall *call, RedisConn *conn,
 							const RedisScript *script);
 extern void redis_call_arg(RedisCall *call, const char *arg, size_t len);
 extern void redis_call_int_arg(RedisCall *call, int64 value);
-extern bool redis_run(RedisCall *calls, int ncalls, int elevel);
+extern RedisDeadline redis_command_deadline(void);
+extern void redis_connect(RedisConn *conn);
+extern void redis_run(RedisCall *calls, int ncalls);
+extern bool redis_run_until(RedisCall *calls, int ncalls,
+							RedisDeadline deadline, int elevel);
+extern RedisDeadline redis_end_deadline(void);
+extern void redis_end_finish(void);
+extern void redis_send_deferred(RedisCall *calls, int ncalls);
 extern void redis_unexpected_reply(const RedisCall *call, const char *key,
 								   int elevel);
 extern bool redis_reply_is_error(const RedisCall *call, const char *code);
 
-extern RedisConn *redis_conn_current(void);
-extern void redis_conn_connect(RedisConn *conn);
-extern void redis_conn_pin(RedisConn *conn);
-extern void redis_conn_unpin(RedisConn *conn);
-extern void redislock_init_connections(void);
-
-extern char *redis_key_arg(FunctionCallInfo fcinfo, int argno,
-						   RedisConn **conn_out, int *rkeylen);
-extern char *redis_sibling_key(const char *rkey, int rkeylen,
-							   const char *suffix, int *len);
-extern void require_argument(FunctionCallInfo fcinfo, int argno,
-							 const char *name);
-
-/* Transaction-end hooks of lock.c and stock.c, driven by xact.c */
+/* The calls of a transaction end, gathered from lock.c and stock.c */
 typedef struct RedisBatch
 {
 	RedisCall  *calls;
@@ -126,8 +180,17 @@ typedef struct RedisBatch
 
 extern RedisCall *redis_batch_add(RedisBatch *batch);
 
+/* SQL arguments (args.c) */
+extern char *redis_key_arg(FunctionCallInfo fcinfo, int argno,
+						   RedisConn **conn_out, int *rkeylen);
+extern char *redis_sibling_key(const char *rkey, int rkeylen,
+							   const char *suffix, int *len);
+extern void require_argument(FunctionCallInfo fcinfo, int argno,
+							 const char *name);
+
 /*
- * Each queues its Redis work in the batch, with an on_reply callback that
+ * Transaction-end hooks of lock.c and stock.c, driven by xact.c.  Each
+ * queues its Redis work in the batch, with an on_reply callback that
  * reports failures and forgets what is done once the batch has run.
  */
 extern bool locks_have_xact_holds(void);

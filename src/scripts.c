@@ -61,48 +61,72 @@ RedisScript extend_script = {
 
 /*
  * Check stock and decrement it in one step, so that concurrent buyers can
- * never oversell.  Returns what remains, -1 (changing nothing) when fewer
- * than the requested units are left, or -2 (changing nothing) when the buyer,
- * if one is named, has already bought the item.  An absent or non-integer
- * stock is an error that the caller turns into a PostgreSQL error.
- * KEYS: stock[, buyers set].  ARGV: quantity[, buyer].
+ * never oversell, and record the decrement under its operation id, so that
+ * whoever made it can always learn whether it happened.  The arithmetic is
+ * Redis' own integer arithmetic: Lua numbers are doubles and would round
+ * large stock.  Returns what remains (as a string, for the same reason),
+ * -1 (changing nothing) when fewer than the requested units are left, or
+ * -2 (changing nothing) when the buyer, if one is named, has already bought
+ * the item.  An absent or non-integer stock, and an overflow, are errors
+ * that change nothing.
+ * KEYS: stock, operation records, buyers.  ARGV: quantity, operation id[,
+ * buyer].
  */
 RedisScript stock_decr_script = {
 	"stock_decr",
-	"local stock = redis.call('GET', KEYS[1])\n"
-	"if not stock then\n"
+	"if redis.call('EXISTS', KEYS[1]) == 0 then\n"
 	"  return redis.error_reply('NOSTOCK stock key does not exist')\n"
 	"end\n"
-	"if not string.match(stock, '^%-?%d+$') then\n"
-	"  return redis.error_reply('NOTINT stock is not an integer')\n"
-	"end\n"
-	"if ARGV[2] and redis.call('SISMEMBER', KEYS[2], ARGV[2]) == 1 then\n"
+	"if ARGV[3] and redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 1 then\n"
 	"  return -2\n"
 	"end\n"
-	"if tonumber(stock) < tonumber(ARGV[1]) then\n"
+	"local left = redis.pcall('DECRBY', KEYS[1], ARGV[1])\n"
+	"if type(left) == 'table' then\n"
+	"  if string.find(left.err, 'overflow') then\n"
+	"    return redis.error_reply('OVERFLOW ' .. left.err)\n"
+	"  end\n"
+	"  return redis.error_reply('NOTINT ' .. left.err)\n"
+	"end\n"
+	"if left < 0 then\n"
+	"  redis.call('INCRBY', KEYS[1], ARGV[1])\n"
 	"  return -1\n"
 	"end\n"
-	"if ARGV[2] then\n"
-	"  redis.call('SADD', KEYS[2], ARGV[2])\n"
+	"local record = ARGV[1]\n"
+	"if ARGV[3] then\n"
+	"  redis.call('SADD', KEYS[3], ARGV[3])\n"
+	"  record = record .. ' ' .. ARGV[3]\n"
 	"end\n"
-	"return redis.call('DECRBY', KEYS[1], ARGV[1])\n"
+	"redis.call('HSET', KEYS[2], ARGV[2], record)\n"
+	"return redis.call('GET', KEYS[1])\n"
 };
 
 /*
- * Give back the units of a rolled-back decrement, and the buyer's right to
- * buy, unless the stock key has been deleted meanwhile: a deleted item is not
- * brought back to life.  Returns the new stock, or nil when the key is gone.
- * KEYS: stock[, buyers set].  ARGV: quantity[, buyer].
+ * Give back a decrement that will not commit, found by its operation id:
+ * its units, and the buyer's right to buy.  Only a recorded decrement is
+ * given back, and its record goes with it, so giving back is idempotent and
+ * safe for a decrement whose outcome is unknown.  A deleted item is not
+ * brought back to life.  Returns 1 when given back, 0 when the stock key is
+ * gone, -1 when there is no record (the decrement did not happen, or was
+ * given back already).
+ * KEYS: stock, operation records, buyers.  ARGV: operation id.
  */
 RedisScript stock_giveback_script = {
 	"stock_giveback",
-	"if ARGV[2] then\n"
-	"  redis.call('SREM', KEYS[2], ARGV[2])\n"
+	"local record = redis.call('HGET', KEYS[2], ARGV[1])\n"
+	"if not record then\n"
+	"  return -1\n"
 	"end\n"
+	"local qty, buyer = string.match(record, '^(%d+) ?(.*)$')\n"
+	"local given = 0\n"
 	"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
-	"  return redis.call('INCRBY', KEYS[1], ARGV[1])\n"
+	"  redis.call('INCRBY', KEYS[1], qty)\n"
+	"  given = 1\n"
 	"end\n"
-	"return false\n"
+	"redis.call('HDEL', KEYS[2], ARGV[1])\n"
+	"if buyer ~= '' then\n"
+	"  redis.call('SREM', KEYS[3], buyer)\n"
+	"end\n"
+	"return given\n"
 };
 
 /* Hex SHA-1 of a script body, as Redis computes it for EVALSHA */

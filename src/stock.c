@@ -4,9 +4,12 @@
  *		Flash-sale stock counters kept in Redis, and their SQL functions.
  *
  * A decrement checks and takes units in one Lua script, so concurrent
- * buyers can never oversell.  The backend remembers each decrement until
- * its transaction ends; if the transaction, or the savepoint the decrement
- * was made in, rolls back, the units are given back with INCRBY.
+ * buyers can never oversell, and leaves a record of itself beside the stock
+ * under an operation id.  The backend remembers each decrement, from before
+ * it is sent, until its transaction ends: if the transaction, or the
+ * savepoint the decrement was made in, rolls back, the units are given back
+ * by that id, which is exact even when the decrement's reply was lost; at
+ * commit the record is cleared.
  *
  *-------------------------------------------------------------------------
  */
@@ -31,12 +34,18 @@ typedef struct PendingDecrement
 	char	   *rkey;			/* the stock's Redis key */
 	int			rkeylen;
 	int			prefixlen;
-	char	   *buyers_key;		/* the set of buyers, when buyer is set */
+	char	   *ops_key;		/* the records of decrements */
+	int			ops_keylen;
+	char	   *buyers_key;		/* the set of buyers */
 	int			buyers_keylen;
 	char	   *buyer;			/* NULL when purchases are not per buyer */
+	char	   *op_id;			/* this decrement's record */
 	int64		qty;
 	int			level;			/* subtransaction nesting level */
 } PendingDecrement;
+
+/* Numbers this backend's operation ids */
+static uint64 op_counter = 0;
 
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
 static dlist_head pending = DLIST_STATIC_INIT(pending);
@@ -94,8 +103,13 @@ report_stock_error(const RedisCall *call, const char *key)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("Redis stock \"%s\" does not exist", key),
 				 errdetail("Key \"%s\" is absent at Redis server %s.",
-						   call->argv[0], call->conn->endpoint),
+						   call->argv[0], call->conn->node.endpoint),
 				 errhint("Create it with redis_stock_set().")));
+	if (redis_reply_is_error(call, "OVERFLOW"))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("Redis stock \"%s\" would overflow", key),
+				 errdetail("Redis answered: %s", call->str)));
 	if (redis_reply_is_error(call, "NOTINT") ||
 		(call->reply_type == REDIS_REPLY_ERROR &&
 		 strstr(call->str, "not an integer") != NULL))
@@ -103,7 +117,7 @@ report_stock_error(const RedisCall *call, const char *key)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" does not hold an integer", key),
 				 errdetail("Key \"%s\" at Redis server %s holds something else.",
-						   call->argv[call->script ? 0 : 1], call->conn->endpoint)));
+						   call->argv[call->script ? 0 : 1], call->conn->node.endpoint)));
 	redis_unexpected_reply(call, key, ERROR);
 }
 
@@ -126,7 +140,7 @@ redis_stock_set(PG_FUNCTION_ARGS)
 
 	prepare_stock_call(fcinfo, &call, "SET", NULL, &key);
 	redis_call_int_arg(&call, qty);
-	redis_run(&call, 1, ERROR);
+	redis_run(&call, 1);
 	if (call.reply_type != REDIS_REPLY_STATUS)
 		report_stock_error(&call, key);
 	PG_RETURN_VOID();
@@ -142,7 +156,7 @@ redis_stock_get(PG_FUNCTION_ARGS)
 	long long	stock;
 
 	prepare_stock_call(fcinfo, &call, "GET", NULL, &key);
-	redis_run(&call, 1, ERROR);
+	redis_run(&call, 1);
 	if (call.reply_type == REDIS_REPLY_NIL)
 		PG_RETURN_NULL();
 	if (call.reply_type != REDIS_REPLY_STRING)
@@ -155,7 +169,7 @@ redis_stock_get(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" does not hold an integer", key),
 				 errdetail("Key \"%s\" at Redis server %s holds \"%s\".",
-						   call.argv[1], call.conn->endpoint, call.str)));
+						   call.argv[1], call.conn->node.endpoint, call.str)));
 	PG_RETURN_INT64((int64) stock);
 }
 
@@ -172,7 +186,7 @@ redis_stock_incr(PG_FUNCTION_ARGS)
 
 	prepare_stock_call(fcinfo, &call, "INCRBY", NULL, &key);
 	redis_call_int_arg(&call, qty);
-	redis_run(&call, 1, ERROR);
+	redis_run(&call, 1);
 	PG_RETURN_INT64(stock_result(&call, key));
 }
 
@@ -195,8 +209,8 @@ validated_buyer(FunctionCallInfo fcinfo, int argno)
 
 /*
  * The record of a decrement of the key argument, made in
- * TopTransactionContext before Redis is asked, so that nothing can fail
- * once Redis has taken the units.
+ * TopTransactionContext and listed before Redis is asked, so that a
+ * decrement whose reply is lost is still given back at rollback.
  */
 static PendingDecrement *
 new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
@@ -211,40 +225,55 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	decrement->rkey = pstrdup(rkey);
 	decrement->rkeylen = rkeylen;
 	decrement->prefixlen = strlen(conn->key_prefix);
+	decrement->ops_key = redis_sibling_key(rkey, rkeylen, "ops",
+										   &decrement->ops_keylen);
+	decrement->buyers_key = redis_sibling_key(rkey, rkeylen, "buyers",
+											  &decrement->buyers_keylen);
 	if (buyer != NULL)
-	{
-		decrement->buyers_key = redis_sibling_key(decrement->rkey,
-												  decrement->rkeylen,
-												  "buyers",
-												  &decrement->buyers_keylen);
 		decrement->buyer = pstrdup(buyer);
-	}
+	decrement->op_id = psprintf("%s:" UINT64_FORMAT, redislock_owner_token(),
+								++op_counter);
 	decrement->qty = qty;
 	decrement->level = GetCurrentTransactionNestLevel();
 	MemoryContextSwitchTo(oldcxt);
+
+	redis_conn_pin(conn);
+	dlist_push_tail(&pending, &decrement->node);
 	return decrement;
 }
 
+static void
+forget_decrement(PendingDecrement *decrement)
+{
+	dlist_delete(&decrement->node);
+	redis_conn_unpin(decrement->conn);
+}
+
 /*
- * The decrement and give-back scripts take the same arguments.
- * KEYS: stock[, buyers set].  ARGV: quantity[, buyer].
+ * The decrement and give-back scripts take the same keys: stock, records,
+ * buyers.
  */
 static void
 prepare_decrement_call(RedisCall *call, PendingDecrement *decrement,
 					   const RedisScript *script)
 {
 	redis_call_init(call, decrement->conn, script);
-	call->nkeys = 1;
+	call->nkeys = 3;
 	redis_call_arg(call, decrement->rkey, decrement->rkeylen);
-	if (decrement->buyer != NULL)
-	{
-		call->nkeys = 2;
-		redis_call_arg(call, decrement->buyers_key, decrement->buyers_keylen);
-	}
-	redis_call_int_arg(call, decrement->qty);
-	if (decrement->buyer != NULL)
-		redis_call_arg(call, decrement->buyer, strlen(decrement->buyer));
+	redis_call_arg(call, decrement->ops_key, decrement->ops_keylen);
+	redis_call_arg(call, decrement->buyers_key, decrement->buyers_keylen);
 	call->origin = decrement;
+}
+
+/* The stock left after a decrement, which Redis sends as a string */
+static int64
+remaining_stock(const RedisCall *call, const char *key)
+{
+	if (call->reply_type == REDIS_REPLY_INTEGER)
+		return call->integer;
+	if (call->reply_type != REDIS_REPLY_STRING)
+		report_stock_error(call, key);
+	return pg_strtoint64(call->str);
 }
 
 /*
@@ -263,13 +292,17 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 	int64		remaining;
 
 	prepare_decrement_call(&call, decrement, &stock_decr_script);
-	redis_run(&call, 1, ERROR);
-	remaining = stock_result(&call, decrement->rkey + decrement->prefixlen);
-	if (remaining < 0)
-		PG_RETURN_INT64(remaining);
+	redis_call_int_arg(&call, qty);
+	redis_call_arg(&call, decrement->op_id, strlen(decrement->op_id));
+	if (buyer != NULL)
+		redis_call_arg(&call, decrement->buyer, strlen(decrement->buyer));
+	redis_run(&call, 1);
 
-	redis_conn_pin(decrement->conn);
-	dlist_push_tail(&pending, &decrement->node);
+	/* an error reply or a refusal took nothing: there is nothing to undo */
+	if (call.reply_type != REDIS_REPLY_STRING &&
+		!(call.reply_type == REDIS_REPLY_INTEGER && call.integer >= 0))
+		forget_decrement(decrement);
+	remaining = remaining_stock(&call, decrement->rkey + decrement->prefixlen);
 	PG_RETURN_INT64(remaining);
 }
 
@@ -279,18 +312,11 @@ stock_has_pending(void)
 	return !dlist_is_empty(&pending);
 }
 
-static void
-forget_decrement(PendingDecrement *decrement)
-{
-	dlist_delete(&decrement->node);
-	redis_conn_unpin(decrement->conn);
-}
-
 /*
  * A batched give-back has run: report units that could not be given back,
- * then forget the decrement.  A failure to reach Redis was reported by
- * redis_run(); those units stay taken, so stock is undersold, never
- * oversold.
+ * then forget the decrement.  Its record stays in Redis when Redis could
+ * not be reached, so the units are not lost: redis_stock_recover() finds
+ * them.
  */
 static void
 giveback_done(RedisCall *call)
@@ -298,7 +324,7 @@ giveback_done(RedisCall *call)
 	PendingDecrement *decrement = (PendingDecrement *) call->origin;
 	const char *key = decrement->rkey + decrement->prefixlen;
 
-	if (call->reply_type == REDIS_REPLY_NIL)
+	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0)
 		ereport(WARNING,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("Redis stock \"%s\" was deleted before its rolled-back decrement could be given back",
@@ -310,8 +336,9 @@ giveback_done(RedisCall *call)
 				(errcode(ERRCODE_CONNECTION_FAILURE),
 				 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
 						key),
-				 errdetail("Quantity not given back: " INT64_FORMAT ".",
-						   decrement->qty)));
+				 errdetail("Quantity not given back: " INT64_FORMAT "; the decrement's record stays at Redis server %s under operation id \"%s\".",
+						   decrement->qty, decrement->conn->node.endpoint,
+						   decrement->op_id)));
 	else if (call->reply_type != REDIS_REPLY_INTEGER)
 		redis_unexpected_reply(call, key, WARNING);
 	forget_decrement(decrement);
@@ -324,18 +351,51 @@ queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
 	RedisCall  *call = redis_batch_add(batch);
 
 	prepare_decrement_call(call, decrement, &stock_giveback_script);
+	redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
 	call->on_reply = giveback_done;
 }
 
 /*
- * At transaction end, decrements of a committed transaction are final; those
- * of a rolled-back one are given back.
+ * Clear the records of committed decrements.  Nobody waits for the replies:
+ * the commands cost no round trip at commit, and their replies are dropped
+ * at the connection's next use.
+ */
+static void
+clear_committed_records(void)
+{
+	RedisCall  *calls;
+	int			ncalls = 0;
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &pending)
+		ncalls++;
+	calls = palloc(sizeof(RedisCall) * ncalls);
+	ncalls = 0;
+	dlist_foreach(iter, &pending)
+	{
+		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
+													  iter.cur);
+		RedisCall  *call = &calls[ncalls++];
+
+		redis_call_init(call, decrement->conn, NULL);
+		redis_call_arg(call, "HDEL", 4);
+		redis_call_arg(call, decrement->ops_key, decrement->ops_keylen);
+		redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
+	}
+	redis_send_deferred(calls, ncalls);
+}
+
+/*
+ * At transaction end, decrements of a committed transaction are final and
+ * their records are cleared; those of a rolled-back one are given back.
  */
 void
 stock_end_xact(RedisBatch *batch, bool commit)
 {
 	dlist_mutable_iter iter;
 
+	if (commit && !dlist_is_empty(&pending))
+		clear_committed_records();
 	dlist_foreach_modify(iter, &pending)
 	{
 		PendingDecrement *decrement = dlist_container(PendingDecrement, node,

@@ -6,10 +6,11 @@
  * Before commit, transaction-scoped locks are verified (an ERROR is still
  * allowed there and turns the commit into an abort).  After commit or
  * abort they are released, and after abort decrements are given back: the
- * work of all keys goes out pipelined, one round trip per Redis server.
- * Those callbacks run with interrupts held and must not fail, so their Redis
- * I/O runs under redislock.command_timeout and failures are warnings; lock
- * leases are the safety net.
+ * work of all keys and servers goes out at once, in one round trip.  Those
+ * callbacks run with interrupts held and must not fail, so their Redis work
+ * runs under one deadline for the whole end (command_timeout, capped by
+ * end_timeout_limit) and failures are warnings; lock leases are the safety
+ * net.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,22 +24,6 @@
 
 /* Scratch memory of transaction-end work, reset after each batch */
 static MemoryContext batch_cxt = NULL;
-
-/* A new call slot at the end of the batch */
-RedisCall *
-redis_batch_add(RedisBatch *batch)
-{
-	if (batch->ncalls == batch->maxcalls)
-	{
-		batch->maxcalls = Max(batch->maxcalls * 2, 16);
-		if (batch->calls == NULL)
-			batch->calls = palloc(sizeof(RedisCall) * batch->maxcalls);
-		else
-			batch->calls = repalloc(batch->calls,
-									sizeof(RedisCall) * batch->maxcalls);
-	}
-	return &batch->calls[batch->ncalls++];
-}
 
 /* Which holds and decrements end */
 typedef enum RedisScopeEnd
@@ -79,9 +64,15 @@ end_scope(RedisScopeEnd scope, bool commit)
 	}
 
 	if (batch.ncalls > 0)
-		(void) redis_run(batch.calls, batch.ncalls, WARNING);
+		(void) redis_run_until(batch.calls, batch.ncalls,
+							   redis_end_deadline(), WARNING);
 	for (i = 0; i < batch.ncalls; i++)
 		batch.calls[i].on_reply(&batch.calls[i]);
+	if (scope != END_SUBTRANSACTION)
+	{
+		redis_conns_end_xact();
+		redis_end_finish();
+	}
 
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextReset(batch_cxt);

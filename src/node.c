@@ -1,0 +1,484 @@
+/*-------------------------------------------------------------------------
+ *
+ * node.c
+ *		One non-blocking socket to one Redis node, and the wait over any
+ *		number of them.
+ *
+ * Sockets never block: writes go out as far as the kernel takes them, reads
+ * take what has arrived and feed hiredis' reader, and everything else is a
+ * wait on PostgreSQL's latch machinery against an absolute deadline.  The
+ * latch wakes a wait for query cancel, statement_timeout and termination,
+ * which SQL functions service on the spot.  Transaction-end callbacks run
+ * with interrupts held: there a wait gives up when the backend is asked to
+ * terminate, as the leases make up for what it leaves undone.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "common/ip.h"
+#include "miscadmin.h"
+#include "storage/fd.h"
+#include "utils/memutils.h"
+
+#include "redislock.h"
+
+/* A command buffer that grew beyond this is given back once written */
+#define OUT_BUFFER_KEEP		(64 * 1024)
+
+/* Bytes read from a socket at a time */
+#define RECEIVE_CHUNK		(16 * 1024)
+
+/* Positions of the events in a node's own wait set */
+#define WAITSET_SOCKET_POS	2
+
+static long
+ms_until(TimestampTz deadline)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (now >= deadline)
+		return 0;
+	return (long) ((deadline - now + 999) / 1000);
+}
+
+/*
+ * Serve what woke the latch.  SQL functions let PostgreSQL act on cancel,
+ * timeouts and termination right away; they throw from here.  Where
+ * interrupts are held (transaction end), a pending termination ends the
+ * wait instead: returns false then.
+ */
+static bool
+serve_interrupts(int elevel)
+{
+	ResetLatch(MyLatch);
+	if (elevel >= ERROR && INTERRUPTS_CAN_BE_PROCESSED())
+		CHECK_FOR_INTERRUPTS();
+	return !ProcDiePending;
+}
+
+/*
+ * Wait until one of the nodes can make progress: readable when it awaits
+ * replies, writable when it has bytes to write.  Returns the number of
+ * nodes that can, 0 when the deadline passed, -1 when the wait was given
+ * up for a termination request.  A single node waits on its own set,
+ * made when it connected; several share a set made for the occasion.
+ */
+int
+node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline, int elevel)
+{
+	WaitEventSet *set;
+	WaitEvent	events[8];
+	int			i;
+
+	if (nnodes == 1)
+	{
+		RedisNode  *node = nodes[0];
+		uint32		wanted = WL_SOCKET_READABLE;
+
+		if (node->out_sent < node->out.len)
+			wanted |= WL_SOCKET_WRITEABLE;
+		if (wanted != node->waitset_events)
+		{
+			ModifyWaitEvent(node->waitset, WAITSET_SOCKET_POS, wanted, NULL);
+			node->waitset_events = wanted;
+		}
+		set = node->waitset;
+	}
+	else
+	{
+		set = CreateWaitEventSet(CurrentMemoryContext, nnodes + 2);
+		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL,
+						  NULL);
+		for (i = 0; i < nnodes; i++)
+		{
+			uint32		wanted = WL_SOCKET_READABLE;
+
+			if (nodes[i]->out_sent < nodes[i]->out.len)
+				wanted |= WL_SOCKET_WRITEABLE;
+			AddWaitEventToSet(set, wanted, nodes[i]->sock, NULL, nodes[i]);
+		}
+	}
+
+	for (;;)
+	{
+		long		timeout = ms_until(deadline);
+		int			nready = 0;
+		int			nevents;
+
+		if (timeout <= 0)
+			break;
+		nevents = WaitEventSetWait(set, timeout, events, lengthof(events),
+								   redislock_wait_event);
+		for (i = 0; i < nevents; i++)
+		{
+			if (events[i].events & WL_LATCH_SET)
+			{
+				if (!serve_interrupts(elevel))
+				{
+					nready = -1;
+					break;
+				}
+			}
+			else if (events[i].events & WL_SOCKET_MASK)
+				nready++;
+		}
+		if (nready != 0)
+		{
+			if (nnodes > 1)
+				FreeWaitEventSet(set);
+			return nready;
+		}
+	}
+	if (nnodes > 1)
+		FreeWaitEventSet(set);
+	return 0;
+}
+
+/*
+ * Wait for a connect in progress on sock.  Connecting is rare enough for a
+ * wait set made for the occasion.
+ */
+static bool
+wait_connected(pgsocket sock, TimestampTz deadline, int elevel)
+{
+	for (;;)
+	{
+		long		timeout = ms_until(deadline);
+		int			rc;
+
+		if (timeout <= 0)
+			return false;
+		rc = WaitLatchOrSocket(MyLatch,
+							   WL_LATCH_SET | WL_SOCKET_CONNECTED |
+							   WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							   sock, timeout, redislock_wait_event);
+		if (rc & WL_SOCKET_CONNECTED)
+			return true;
+		if ((rc & WL_LATCH_SET) && !serve_interrupts(elevel))
+			return false;
+	}
+}
+
+/* Open a socket to addr and start connecting; PGINVALID_SOCKET on failure */
+static pgsocket
+start_connect(const struct sockaddr *addr, socklen_t addrlen, int *err)
+{
+	pgsocket	sock = socket(addr->sa_family, SOCK_STREAM, 0);
+
+	if (sock == PGINVALID_SOCKET)
+	{
+		*err = errno;
+		return PGINVALID_SOCKET;
+	}
+	if (addr->sa_family != AF_UNIX)
+	{
+		int			on = 1;
+
+		(void) setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+	}
+	if (!pg_set_noblock(sock) ||
+		(connect(sock, addr, addrlen) < 0 &&
+		 errno != EINPROGRESS && errno != EAGAIN && errno != EINTR))
+	{
+		*err = errno;
+		closesocket(sock);
+		return PGINVALID_SOCKET;
+	}
+	return sock;
+}
+
+/* Has the connect started on sock succeeded?  Else *err says why not. */
+static bool
+connect_succeeded(pgsocket sock, int *err)
+{
+	socklen_t	len = sizeof(*err);
+
+	if (getsockopt(sock, SOL_SOCKET, SO_ERROR, err, &len) < 0)
+		*err = errno;
+	return *err == 0;
+}
+
+/*
+ * Connect a socket to the node within the deadline, trying each address
+ * of its host in turn.  Returns the socket, or PGINVALID_SOCKET with *err
+ * set (0 for a timeout) and *reason for a name that does not resolve.
+ */
+static pgsocket
+open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
+			const char **reason)
+{
+	struct addrinfo hints = {0};
+	struct addrinfo *addrs = NULL;
+	struct addrinfo *addr;
+	struct sockaddr_un unaddr = {0};
+	char		port[12];
+	pgsocket	sock = PGINVALID_SOCKET;
+	int			rc;
+
+	*err = 0;
+	*reason = NULL;
+	if (node->unix_socket != NULL)
+	{
+		unaddr.sun_family = AF_UNIX;
+		strlcpy(unaddr.sun_path, node->unix_socket, sizeof(unaddr.sun_path));
+		sock = start_connect((struct sockaddr *) &unaddr, sizeof(unaddr), err);
+		if (sock != PGINVALID_SOCKET &&
+			!(wait_connected(sock, deadline, elevel) &&
+			  connect_succeeded(sock, err)))
+		{
+			closesocket(sock);
+			sock = PGINVALID_SOCKET;
+		}
+		return sock;
+	}
+
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(port, sizeof(port), "%d", node->port);
+	rc = pg_getaddrinfo_all(node->host, port, &hints, &addrs);
+	if (rc != 0 || addrs == NULL)
+	{
+		*reason = gai_strerror(rc);
+		return PGINVALID_SOCKET;
+	}
+	for (addr = addrs; addr != NULL; addr = addr->ai_next)
+	{
+		sock = start_connect(addr->ai_addr, addr->ai_addrlen, err);
+		if (sock == PGINVALID_SOCKET)
+			continue;
+		if (!wait_connected(sock, deadline, elevel))
+		{
+			*err = 0;
+			closesocket(sock);
+			sock = PGINVALID_SOCKET;
+			break;
+		}
+		if (connect_succeeded(sock, err))
+			break;
+		closesocket(sock);
+		sock = PGINVALID_SOCKET;
+	}
+	pg_freeaddrinfo_all(hints.ai_family, addrs);
+	return sock;
+}
+
+/* Report a failed connect at elevel */
+static void
+report_connect_failure(RedisNode *node, int err, const char *reason,
+					   int elevel)
+{
+	if (reason == NULL)
+		reason = err != 0 ? strerror(err) : psprintf("timed out after %d ms",
+													 redislock_connect_timeout);
+	ereport(elevel,
+			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+			 errmsg("could not connect to Redis server at %s: %s",
+					node->endpoint, reason),
+			 errhint("Check that Redis is running and that the options of foreign server \"%s\" are right.",
+					 redislock_server_name)));
+}
+
+/*
+ * Connect the node: a socket, its wait set and a reader.  The handshake
+ * (AUTH, SELECT) is the caller's.  Returns false after reporting at
+ * elevel.
+ */
+bool
+node_connect(RedisNode *node, TimestampTz deadline, int elevel)
+{
+	int			err;
+	const char *reason;
+	pgsocket	sock;
+
+	Assert(node->sock == PGINVALID_SOCKET);
+	if (!AcquireExternalFD())
+	{
+		ereport(elevel,
+				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+				 errmsg("could not connect to Redis server at %s",
+						node->endpoint),
+				 errdetail("There are too many open files on the local server."),
+				 errhint("Raise the server's max_files_per_process and/or \"ulimit -n\" limits.")));
+		return false;
+	}
+	sock = open_socket(node, deadline, elevel, &err, &reason);
+	if (sock == PGINVALID_SOCKET)
+	{
+		ReleaseExternalFD();
+		report_connect_failure(node, err, reason, elevel);
+		return false;
+	}
+
+	node->sock = sock;
+	node->reader = redisReaderCreate();
+	node->waitset = CreateWaitEventSet(TopMemoryContext, 3);
+	AddWaitEventToSet(node->waitset, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch,
+					  NULL);
+	AddWaitEventToSet(node->waitset, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
+					  NULL, NULL);
+	node->waitset_events = WL_SOCKET_READABLE;
+	AddWaitEventToSet(node->waitset, node->waitset_events, sock, NULL, NULL);
+	node->awaiting = 0;
+	node->deferred = 0;
+	node->out_sent = 0;
+	node_release_buffers(node);
+	resetStringInfo(&node->out);
+	return true;
+}
+
+/*
+ * Close the socket.  Replies still on their way are lost with it, so the
+ * caller must have settled what they were for.
+ */
+void
+node_disconnect(RedisNode *node)
+{
+	if (node->sock == PGINVALID_SOCKET)
+		return;
+	FreeWaitEventSet(node->waitset);
+	node->waitset = NULL;
+	redisReaderFree(node->reader);
+	node->reader = NULL;
+	closesocket(node->sock);
+	node->sock = PGINVALID_SOCKET;
+	ReleaseExternalFD();
+	node->checked = false;
+	node->awaiting = 0;
+	node->deferred = 0;
+	node->out_sent = 0;
+	if (node->out.data != NULL)
+		resetStringInfo(&node->out);
+	node_release_buffers(node);
+}
+
+bool
+node_is_connected(const RedisNode *node)
+{
+	return node->sock != PGINVALID_SOCKET;
+}
+
+/*
+ * Has the peer closed a connection that carries nothing of ours?  Redis
+ * closes idle clients (its timeout setting), restarts and CLIENT KILL do
+ * too, and a NAT may drop an idle flow: the socket tells, without a round
+ * trip.  Bytes that nobody asked for mean the stream cannot be trusted
+ * either.
+ */
+bool
+node_peer_closed(RedisNode *node)
+{
+	char		c;
+	ssize_t		n;
+
+	if (node->awaiting > 0)
+		return false;
+	n = recv(node->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+	return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
+					   errno == EINTR));
+}
+
+/*
+ * Write what the kernel takes of the pending commands.  Returns false on
+ * an I/O error (errno set).
+ */
+bool
+node_flush(RedisNode *node)
+{
+	while (node->out_sent < node->out.len)
+	{
+		ssize_t		n = send(node->sock, node->out.data + node->out_sent,
+							 node->out.len - node->out_sent, MSG_NOSIGNAL);
+
+		if (n < 0)
+		{
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN || errno == EWOULDBLOCK;
+		}
+		node->out_sent += n;
+	}
+	node->out_sent = 0;
+	resetStringInfo(&node->out);
+	node_release_buffers(node);
+	return true;
+}
+
+/*
+ * Read what has arrived into the reader.  Returns false on an I/O error
+ * (errno set) or, with *closed set, when the peer closed the connection.
+ */
+bool
+node_receive(RedisNode *node, bool *closed)
+{
+	char		buf[RECEIVE_CHUNK];
+
+	*closed = false;
+	for (;;)
+	{
+		ssize_t		n = recv(node->sock, buf, sizeof(buf), 0);
+
+		if (n > 0)
+		{
+			if (redisReaderFeed(node->reader, buf, n) != REDIS_OK)
+				return false;
+			if (n < (ssize_t) sizeof(buf))
+				return true;
+			continue;
+		}
+		if (n == 0)
+		{
+			*closed = true;
+			return false;
+		}
+		if (errno == EINTR)
+			continue;
+		return errno == EAGAIN || errno == EWOULDBLOCK;
+	}
+}
+
+/*
+ * The next complete reply, if one has arrived: true with *reply set (NULL
+ * when none is complete yet); false when the stream is not valid RESP.
+ */
+bool
+node_next_reply(RedisNode *node, redisReply **reply)
+{
+	void	   *next = NULL;
+
+	if (redisReaderGetReply(node->reader, &next) != REDIS_OK)
+		return false;
+	*reply = (redisReply *) next;
+	return true;
+}
+
+/*
+ * Make sure the node has a command buffer, and give back one that a large
+ * command made large, so that one big key does not keep its memory for the
+ * rest of the session.  hiredis' reader frees its own large buffer once it
+ * has been consumed.
+ */
+void
+node_release_buffers(RedisNode *node)
+{
+	MemoryContext oldcxt;
+
+	if (node->out.data != NULL &&
+		(node->out.maxlen <= OUT_BUFFER_KEEP || node->out.len > 0))
+		return;
+	if (node->out.data != NULL)
+		pfree(node->out.data);
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	initStringInfo(&node->out);
+	MemoryContextSwitchTo(oldcxt);
+}
