@@ -5,12 +5,13 @@
  *		round trip and of a stock decrement, issued from SQL with nothing
  *		around them.
  *
- * bench_floor_acquire, bench_floor_release and bench_floor_stock_decr run
- * redislock's own scripts (scripts.c is compiled into this module, so the
- * Lua text and SHA-1s are the extension's) by EVALSHA, with the same KEYS
- * and ARGV as the extension sends: lock key, fencing key, owner token, ttl
- * to acquire; lock key, owner token to release; stock key, quantity to
- * decrement.  There is one plain hiredis connection per backend, opened on
+ * bench_floor_acquire and bench_floor_release run redislock's own scripts
+ * (scripts.c is compiled into this module, so the Lua text and SHA-1s are
+ * the extension's) by EVALSHA, with the same KEYS and ARGV as the extension
+ * sends: lock key, fencing key, owner token, ttl to acquire; lock key,
+ * owner token to release.  bench_floor_stock_decr runs the least a correct
+ * decrement must do, check and take in one script, and keeps no record of
+ * the operation.  There is one plain hiredis connection per backend, opened on
  * first use to redislock_bench.host and redislock_bench.port, and no
  * catalog access, privilege check, hold counting, give-back record or
  * transaction hook: what redislock costs above this is its bookkeeping.
@@ -92,13 +93,31 @@ command(int argc, const char **argv, const size_t *argvlen)
 }
 
 /* SCRIPT LOAD a script, so that EVALSHA finds it */
+/*
+ * The floor's decrement: take qty units if that many remain and return
+ * what is left, or -1.  KEYS: stock.  ARGV: quantity.
+ */
+static RedisScript floor_decr_script = {
+	"floor_decr",
+	"local left = redis.call('DECRBY', KEYS[1], ARGV[1])\n"
+	"if left < 0 then\n"
+	"  redis.call('INCRBY', KEYS[1], ARGV[1])\n"
+	"  return -1\n"
+	"end\n"
+	"return left\n"
+};
+
+/* SCRIPT LOAD a script, keeping the SHA-1 that Redis computed */
 static void
-load_script(const RedisScript *script)
+load_script(RedisScript *script)
 {
 	const char *argv[3] = {"SCRIPT", "LOAD", script->body};
 	size_t		argvlen[3] = {6, 4, strlen(script->body)};
+	redisReply *reply = command(3, argv, argvlen);
 
-	freeReplyObject(command(3, argv, argvlen));
+	if (reply->type == REDIS_REPLY_STRING && reply->len == 40)
+		memcpy(script->sha1, reply->str, 41);
+	freeReplyObject(reply);
 }
 
 /*
@@ -124,7 +143,7 @@ ensure_connected(void)
 	redisSetTimeout(ctx, timeout);
 	load_script(&acquire_script);
 	load_script(&release_script);
-	load_script(&stock_decr_script);
+	load_script(&floor_decr_script);
 
 	if (!pg_strong_random(random_bytes, sizeof(random_bytes)))
 		elog(ERROR, "could not generate random bytes");
@@ -223,8 +242,8 @@ bench_floor_release(PG_FUNCTION_ARGS)
 }
 
 /*
- * bench_floor_stock_decr(key, qty): the extension's stock decrement script;
- * what remains, or -1 (taking nothing) when fewer than qty units are left
+ * bench_floor_stock_decr(key, qty): the floor's decrement script; what
+ * remains, or -1 (taking nothing) when fewer than qty units are left
  */
 Datum
 bench_floor_stock_decr(PG_FUNCTION_ARGS)
@@ -240,7 +259,7 @@ bench_floor_stock_decr(PG_FUNCTION_ARGS)
 	arglens[0] = strlen(key);
 	args[1] = qty;
 	arglens[1] = strlen(qty);
-	PG_RETURN_INT64(evalsha(&stock_decr_script, 1, 2, args, arglens));
+	PG_RETURN_INT64(evalsha(&floor_decr_script, 1, 2, args, arglens));
 }
 
 void

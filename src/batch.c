@@ -36,6 +36,9 @@
 
 #include "redislock.h"
 
+/* A connection quiet for this long is checked before use (microseconds) */
+#define IDLE_CHECK_USEC		1000
+
 /* Why a node's replies stopped coming */
 typedef enum RunFailure
 {
@@ -270,6 +273,7 @@ take_replies(NodeRun *run)
 			freeReplyObject(reply);
 			continue;
 		}
+		node->last_reply = GetCurrentTimestamp();
 		copy_reply(run->calls[run->nreplied], reply);
 		if (is_unavailable_reply(run->calls[run->nreplied]))
 			run->close_after = true;
@@ -448,7 +452,9 @@ handshake(RedisConn *conn, RedisDeadline deadline, int elevel)
 /*
  * Make a run's node ready to take calls.  A connection the peer closed
  * while idle is opened again without a word, since nothing of ours was on
- * it.  Connecting and authenticating are bounded by connect_timeout.
+ * it.  The check costs a system call, so a connection that answered within
+ * the last IDLE_CHECK_USEC is taken as alive.  Connecting and
+ * authenticating are bounded by connect_timeout.
  */
 static bool
 prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
@@ -458,7 +464,9 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 
 	if (node->checked)
 		return true;
-	if (node_is_connected(node) && node_peer_closed(node))
+	if (node_is_connected(node) &&
+		GetCurrentTimestamp() - node->last_reply >= IDLE_CHECK_USEC &&
+		node_peer_closed(node))
 		node_disconnect(node);
 	node->checked = node_is_connected(node);
 	if (node->checked)

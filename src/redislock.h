@@ -79,6 +79,7 @@ typedef struct RedisNode
 	int			deferred;		/* leading ones that nobody waits for */
 	uint64		failed_end;		/* id of the transaction end it failed in */
 	bool		checked;		/* known ready: connected, peer not gone */
+	TimestampTz last_reply;		/* when a reply last arrived */
 } RedisNode;
 
 extern bool node_connect(RedisNode *node, TimestampTz deadline, int elevel);
