@@ -450,6 +450,39 @@ handshake(RedisConn *conn, RedisDeadline deadline, int elevel)
 }
 
 /*
+ * Read and drop the replies that nobody waits for any more and that have
+ * arrived by now (those of clean-up sent after commit, mostly), so that an
+ * idle connection can be checked.  A connection whose stream fails is
+ * closed: only clean-up replies were on it.
+ */
+static void
+drop_arrived_replies(RedisNode *node)
+{
+	redisReply *reply;
+	bool		closed;
+
+	if (node->awaiting == 0)
+		return;
+	if (!node_receive(node, &closed))
+	{
+		node_disconnect(node);
+		return;
+	}
+	while (node->awaiting > 0)
+	{
+		if (!node_next_reply(node, &reply))
+		{
+			node_disconnect(node);
+			return;
+		}
+		if (reply == NULL)
+			return;
+		node->awaiting--;
+		freeReplyObject(reply);
+	}
+}
+
+/*
  * Make a run's node ready to take calls.  A connection the peer closed
  * while idle is opened again without a word, since nothing of ours was on
  * it.  The check costs a system call, so a connection that answered within
@@ -465,9 +498,12 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 	if (node->checked)
 		return true;
 	if (node_is_connected(node) &&
-		GetCurrentTimestamp() - node->last_reply >= IDLE_CHECK_USEC &&
-		node_peer_closed(node))
-		node_disconnect(node);
+		GetCurrentTimestamp() - node->last_reply >= IDLE_CHECK_USEC)
+	{
+		drop_arrived_replies(node);
+		if (node_is_connected(node) && node_peer_closed(node))
+			node_disconnect(node);
+	}
 	node->checked = node_is_connected(node);
 	if (node->checked)
 		return true;

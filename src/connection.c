@@ -314,6 +314,7 @@ redis_conn_current(void)
 	RedisConn  *conn = NULL;
 	dlist_iter	iter;
 
+	redislock_init_scripts();
 	dlist_foreach(iter, &connections)
 	{
 		RedisConn  *candidate = dlist_container(RedisConn, node_link, iter.cur);

@@ -52,6 +52,8 @@ typedef struct LevelHolds
 typedef struct HeldLock
 {
 	LockTag		tag;			/* hash key; tag.key is owned by the entry */
+	dlist_node	xact_link;		/* in touched_locks, when touched */
+	bool		touched;		/* the current transaction has work for it */
 	RedisConn  *conn;			/* where the lock was taken */
 	int			prefixlen;		/* the user's key starts after the prefix */
 	int			session_holds;
@@ -68,6 +70,13 @@ typedef struct HeldLock
 
 static HTAB *held_locks = NULL;
 static MemoryContext locks_cxt = NULL;
+
+/*
+ * The locks the current transaction took holds on or may have left in
+ * Redis.  Transaction and savepoint ends visit these only, so that their
+ * cost does not grow with the session locks a backend holds.
+ */
+static dlist_head touched_locks = DLIST_STATIC_INIT(touched_locks);
 
 PG_FUNCTION_INFO_V1(redis_lock_acquire);
 PG_FUNCTION_INFO_V1(redis_lock_acquire_session);
@@ -129,6 +138,27 @@ find_lock(Oid serverid, const char *rkey, int rkeylen)
 	return (HeldLock *) hash_search(held_locks, &tag, HASH_FIND, NULL);
 }
 
+/* The current transaction has holds or work at transaction end on lock */
+static void
+touch_lock(HeldLock *lock)
+{
+	if (!lock->touched)
+	{
+		dlist_push_tail(&touched_locks, &lock->xact_link);
+		lock->touched = true;
+	}
+}
+
+static void
+untouch_lock(HeldLock *lock)
+{
+	if (lock->touched)
+	{
+		dlist_delete(&lock->xact_link);
+		lock->touched = false;
+	}
+}
+
 /*
  * An entry with no holds, made before Redis is asked, so that nothing can
  * fail between Redis granting the lock and the backend recording it.
@@ -156,6 +186,8 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen)
 	lock->in_redis = false;
 	lock->fence = 0;
 	lock->ttl_ms = 0;
+	lock->touched = false;
+	touch_lock(lock);
 	redis_conn_pin(conn);
 	return lock;
 }
@@ -166,6 +198,7 @@ remove_lock(HeldLock *lock)
 	char	   *key = (char *) lock->tag.key;
 	RedisConn  *conn = lock->conn;
 
+	untouch_lock(lock);
 	if (lock->levels != NULL)
 		pfree(lock->levels);
 	hash_search(held_locks, &lock->tag, HASH_REMOVE, NULL);
@@ -196,6 +229,7 @@ add_hold(HeldLock *lock, bool session)
 		lock->session_holds++;
 		return;
 	}
+	touch_lock(lock);
 	if (lock->nlevels == 0 || lock->levels[lock->nlevels - 1].level != level)
 	{
 		if (lock->levels == NULL)
@@ -681,20 +715,11 @@ redis_locks(PG_FUNCTION_ARGS)
 bool
 locks_have_xact_holds(void)
 {
-	HASH_SEQ_STATUS status;
-	HeldLock   *lock;
+	dlist_iter	iter;
 
-	if (held_locks == NULL)
-		return false;
-	hash_seq_init(&status, held_locks);
-	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
-	{
-		if (lock->xact_holds > 0)
-		{
-			hash_seq_term(&status);
+	dlist_foreach(iter, &touched_locks)
+		if (dlist_container(HeldLock, xact_link, iter.cur)->xact_holds > 0)
 			return true;
-		}
-	}
 	return false;
 }
 
@@ -707,20 +732,25 @@ locks_have_xact_holds(void)
 void
 locks_verify_before_commit(void)
 {
-	HASH_SEQ_STATUS status;
+	dlist_iter	iter;
 	HeldLock   *lock;
 	RedisCall  *calls;
 	int			ncalls = 0;
 	int			i;
 
-	if (held_locks == NULL || hash_get_num_entries(held_locks) == 0)
+	dlist_foreach(iter, &touched_locks)
+		ncalls++;
+	if (ncalls == 0)
 		return;
 
-	calls = palloc(sizeof(RedisCall) * hash_get_num_entries(held_locks));
-	hash_seq_init(&status, held_locks);
-	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	calls = palloc(sizeof(RedisCall) * ncalls);
+	ncalls = 0;
+	dlist_foreach(iter, &touched_locks)
+	{
+		lock = dlist_container(HeldLock, xact_link, iter.cur);
 		if (lock->xact_holds > 0)
 			prepare_extend(&calls[ncalls++], lock, lock->ttl_ms);
+	}
 	if (ncalls == 0)
 		return;
 
@@ -783,24 +813,34 @@ queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
 }
 
 /*
- * At transaction end every transaction hold ends; at backend exit
- * (session_too) every session hold as well.
+ * At transaction end every transaction hold ends, and the locks whose last
+ * hold that was are released; at backend exit (session_too) every session
+ * hold as well.
  */
 void
 locks_end_xact(RedisBatch *batch, bool session_too)
 {
-	HASH_SEQ_STATUS status;
-	HeldLock   *lock;
+	dlist_mutable_iter miter;
 
-	if (held_locks == NULL)
-		return;
-	hash_seq_init(&status, held_locks);
-	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	if (session_too && held_locks != NULL)
 	{
-		if (session_too)
+		HASH_SEQ_STATUS status;
+		HeldLock   *lock;
+
+		hash_seq_init(&status, held_locks);
+		while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+		{
 			lock->session_holds = 0;
+			touch_lock(lock);
+		}
+	}
+	dlist_foreach_modify(miter, &touched_locks)
+	{
+		HeldLock   *lock = dlist_container(HeldLock, xact_link, miter.cur);
+
 		lock->xact_holds = 0;
 		lock->nlevels = 0;
+		untouch_lock(lock);
 		queue_release_if_unheld(batch, lock);
 	}
 }
@@ -812,14 +852,11 @@ locks_end_xact(RedisBatch *batch, bool session_too)
 void
 locks_end_subxact(RedisBatch *batch, int level, bool commit)
 {
-	HASH_SEQ_STATUS status;
-	HeldLock   *lock;
+	dlist_mutable_iter miter;
 
-	if (held_locks == NULL)
-		return;
-	hash_seq_init(&status, held_locks);
-	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	dlist_foreach_modify(miter, &touched_locks)
 	{
+		HeldLock   *lock = dlist_container(HeldLock, xact_link, miter.cur);
 		LevelHolds *top = lock->nlevels > 0 ? &lock->levels[lock->nlevels - 1] : NULL;
 
 		if (top != NULL && top->level == level)

@@ -130,7 +130,6 @@ _PG_init(void)
 #if PG_VERSION_NUM >= 170000
 	redislock_wait_event = WaitEventExtensionNew("RedisLock");
 #endif
-	redislock_init_scripts();
 	redislock_init_connections();
 	redislock_init_xact();
 }

@@ -150,12 +150,22 @@ compute_sha1(RedisScript *script)
 		snprintf(script->sha1 + i * 2, 3, "%02x", digest[i]);
 }
 
+/*
+ * Compute the digests, once per backend.  This runs at a backend's first
+ * call rather than in _PG_init: the digest needs a resource owner, which a
+ * postmaster loading shared_preload_libraries does not have.
+ */
 void
 redislock_init_scripts(void)
 {
+	static bool done = false;
+
+	if (done)
+		return;
 	compute_sha1(&acquire_script);
 	compute_sha1(&release_script);
 	compute_sha1(&extend_script);
 	compute_sha1(&stock_decr_script);
 	compute_sha1(&stock_giveback_script);
+	done = true;
 }

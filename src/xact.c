@@ -17,6 +17,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 
@@ -92,9 +93,30 @@ refuse_prepare(void)
 				 errhint("Use session locks (redis_lock_acquire_session), or commit without two-phase commit.")));
 }
 
+static void shmem_exit_callback(int code, Datum arg);
+
+/*
+ * Register the backend-exit callback, once per backend.  A postmaster that
+ * preloads the library cannot do it for its children (they start with
+ * empty exit lists), so each backend does it at its first transaction end,
+ * which comes before any user command.
+ */
+static void
+ensure_exit_callback(void)
+{
+	static bool registered = false;
+
+	if (!registered)
+	{
+		before_shmem_exit(shmem_exit_callback, (Datum) 0);
+		registered = true;
+	}
+}
+
 static void
 xact_callback(XactEvent event, void *arg)
 {
+	ensure_exit_callback();
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
@@ -145,5 +167,6 @@ redislock_init_xact(void)
 									  ALLOCSET_DEFAULT_SIZES);
 	RegisterXactCallback(xact_callback, NULL);
 	RegisterSubXactCallback(subxact_callback, NULL);
-	before_shmem_exit(shmem_exit_callback, (Datum) 0);
+	if (!process_shared_preload_libraries_in_progress)
+		ensure_exit_callback();
 }
