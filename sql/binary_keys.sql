@@ -8,7 +8,8 @@ SELECT redis_lock_acquire_session(k) AS ok
 SELECT count(*) AS held FROM redis_locks();
 SELECT key FROM redis_locks() ORDER BY key COLLATE "C";
 \! redis-cli -p $REDIS_PORT EXISTS 'key with spaces' '100% sure %s %d' 'ключ-キー-🔒' '{tag}lock'
-\! redis-cli -p $REDIS_PORT EXISTS '{tag}lock:fence' 'brace}only:fence' '{ключ-キー-🔒}:fence'
+-- fencing tokens beside them: {slot tag}:fence:<key>, braces in keys or not
+\! redis-cli -p $REDIS_PORT --scan --pattern '{*}:fence:*' | LC_ALL=C sort | grep -e '}lock$' -e 'only$' -e '🔒$'
 
 -- a key of a few kilobytes
 SELECT redis_lock_acquire_session(repeat('k', 4000)) AS long_key;

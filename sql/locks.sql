@@ -30,7 +30,8 @@ SELECT redis_lock_fence('locks:s1') AS fence_after_release;
 \! redis-cli -p $REDIS_PORT EXISTS locks:s1
 SELECT redis_lock_acquire_session('locks:s1');
 SELECT redis_lock_fence('locks:s1') > :fence1 AS fence_increased;
-\! redis-cli -p $REDIS_PORT EXISTS '{locks:s1}:fence'
+-- the token is kept beside the lock, in its slot, for the lease
+\! redis-cli -p $REDIS_PORT --scan --pattern '*:fence:locks:s1'
 
 -- a lease lost to expiry and another owner: release leaves their key alone
 SELECT redis_lock_acquire_session('locks:lost', 100);

@@ -19,7 +19,7 @@ END
 $$;
 CALL seckill_order('phone', 'dave');
 SELECT redis_stock_get('seckill:stock:phone') AS stock_after_failed_payment;
-\! redis-cli -p $REDIS_PORT SISMEMBER '{seckill:stock:phone}:buyers' dave
+\! redis-cli -p $REDIS_PORT SISMEMBER "$(redis-cli -p $REDIS_PORT --scan --pattern '{*}:buyers:seckill:stock:phone')" dave
 CALL seckill_order('phone', 'erin');
 SELECT redis_stock_get('seckill:stock:phone') AS stock;
 

@@ -74,7 +74,7 @@ SELECT redis_stock_decr('stock:limited', 1, 'alice');
 SELECT redis_stock_decr('stock:limited', 1, 'alice') AS second_purchase;
 SELECT redis_stock_decr('stock:limited', 1, 'bob');
 SELECT redis_stock_get('stock:limited');
-\! redis-cli -p $REDIS_PORT SMEMBERS '{stock:limited}:buyers' | sort
+\! redis-cli -p $REDIS_PORT SMEMBERS "$(redis-cli -p $REDIS_PORT --scan --pattern '{*}:buyers:stock:limited')" | sort
 -- without a buyer there is no limit
 SELECT redis_stock_decr('stock:limited', 1);
 -- sold out beats a new buyer; a repeat buyer is told so first

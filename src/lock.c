@@ -56,6 +56,8 @@ typedef struct HeldLock
 	bool		touched;		/* the current transaction has work for it */
 	RedisConn  *conn;			/* where the lock was taken */
 	int			prefixlen;		/* the user's key starts after the prefix */
+	char	   *fence_key;		/* the sibling key of the fencing token */
+	int			fence_keylen;
 	int			session_holds;
 	int			xact_holds;		/* sum of the counts in levels */
 	LevelHolds *levels;			/* ascending nesting levels */
@@ -169,6 +171,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen)
 	LockTag		tag;
 	HeldLock   *lock;
 	bool		found;
+	MemoryContext oldcxt;
 
 	tag.serverid = conn->serverid;
 	tag.keylen = rkeylen;
@@ -178,6 +181,10 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen)
 
 	lock->conn = conn;
 	lock->prefixlen = strlen(conn->key_prefix);
+	oldcxt = MemoryContextSwitchTo(locks_cxt);
+	lock->fence_key = redis_sibling_key(rkey, rkeylen, lock->prefixlen,
+										"fence", &lock->fence_keylen);
+	MemoryContextSwitchTo(oldcxt);
 	lock->session_holds = 0;
 	lock->xact_holds = 0;
 	lock->levels = NULL;		/* allocated with the first transaction hold */
@@ -199,6 +206,7 @@ remove_lock(HeldLock *lock)
 	RedisConn  *conn = lock->conn;
 
 	untouch_lock(lock);
+	pfree(lock->fence_key);
 	if (lock->levels != NULL)
 		pfree(lock->levels);
 	hash_search(held_locks, &lock->tag, HASH_REMOVE, NULL);
@@ -286,6 +294,15 @@ add_lock_key(RedisCall *call, const HeldLock *lock)
 	redis_call_arg(call, lock->tag.key, lock->tag.keylen);
 }
 
+/* Add the lock's key and its fencing token's key to a script call */
+static void
+add_lock_keys(RedisCall *call, const HeldLock *lock)
+{
+	call->nkeys = 2;
+	add_lock_key(call, lock);
+	redis_call_arg(call, lock->fence_key, lock->fence_keylen);
+}
+
 static void
 add_token_arg(RedisCall *call)
 {
@@ -299,8 +316,7 @@ static void
 prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 {
 	redis_call_init(call, lock->conn, &extend_script);
-	call->nkeys = 1;
-	add_lock_key(call, lock);
+	add_lock_keys(call, lock);
 	add_token_arg(call);
 	redis_call_int_arg(call, ttl_ms);
 	call->origin = lock;
@@ -330,15 +346,12 @@ script_result(const RedisCall *call, const char *key)
 
 /* One attempt at taking the lock in Redis: true when taken */
 static bool
-try_acquire(HeldLock *lock, const char *fence_key, int fence_keylen,
-			int ttl_ms)
+try_acquire(HeldLock *lock, int ttl_ms)
 {
 	RedisCall	call;
 
 	redis_call_init(&call, lock->conn, &acquire_script);
-	call.nkeys = 2;
-	add_lock_key(&call, lock);
-	redis_call_arg(&call, fence_key, fence_keylen);
+	add_lock_keys(&call, lock);
 	add_token_arg(&call);
 	redis_call_int_arg(&call, ttl_ms);
 
@@ -412,12 +425,9 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	int			delay_ms = WAIT_MIN_DELAY_MS;
-	int			fence_keylen;
-	char	   *fence_key = redis_sibling_key(lock->tag.key, lock->tag.keylen,
-											  "fence", &fence_keylen);
 
 	redis_connect(lock->conn);
-	while (!try_acquire(lock, fence_key, fence_keylen, ttl_ms))
+	while (!try_acquire(lock, ttl_ms))
 	{
 		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
 			return false;

@@ -20,6 +20,8 @@
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 
+#include "redislock.h"
+
 typedef struct RedisOption
 {
 	const char *name;
@@ -105,6 +107,22 @@ check_nonempty_option(DefElem *def)
 }
 
 /*
+ * A key prefix must keep every key's siblings in its Redis Cluster slot: a
+ * hash tag that the prefix opens must also close in it.
+ */
+static void
+check_key_prefix(DefElem *def)
+{
+	if (!redis_prefix_is_valid(defGetString(def)))
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("invalid value for option \"key_prefix\": \"%s\"",
+						defGetString(def)),
+				 errdetail("A \"{\" in the key prefix must open a complete, non-empty hash tag, such as \"{shop}:\"."),
+				 errhint("Keys under the prefix would not share a Redis Cluster hash slot with the keys kept beside them.")));
+}
+
+/*
  * Validate the options of a foreign data wrapper, server or user mapping.
  * It sees the complete option list after CREATE or ALTER, so options that
  * exclude each other can be checked here.
@@ -148,6 +166,8 @@ redislock_fdw_validator(PG_FUNCTION_ARGS)
 		}
 		else if (strcmp(def->defname, "password") == 0)
 			has_password = true;
+		else if (strcmp(def->defname, "key_prefix") == 0)
+			check_key_prefix(def);
 	}
 
 	if (has_host && has_socket)

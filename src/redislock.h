@@ -8,6 +8,7 @@
  *		lock.c, stock.c		what to do with which keys (the SQL functions)
  *		xact.c				what happens at transaction and backend end
  *		args.c				SQL arguments turned into Redis keys
+ *		keys.c				key layout: prefix, Cluster slot, sibling keys
  *		connection.c		the connection cache: foreign server and user
  *		batch.c				running a set of calls over several nodes
  *		node.c				one non-blocking socket to one Redis node
@@ -184,10 +185,14 @@ extern RedisCall *redis_batch_add(RedisBatch *batch);
 /* SQL arguments (args.c) */
 extern char *redis_key_arg(FunctionCallInfo fcinfo, int argno,
 						   RedisConn **conn_out, int *rkeylen);
-extern char *redis_sibling_key(const char *rkey, int rkeylen,
-							   const char *suffix, int *len);
 extern void require_argument(FunctionCallInfo fcinfo, int argno,
 							 const char *name);
+
+/* Key layout (keys.c) */
+extern int	redis_key_slot(const char *key, int len);
+extern char *redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
+							   const char *kind, int *len);
+extern bool redis_prefix_is_valid(const char *prefix);
 
 /*
  * Transaction-end hooks of lock.c and stock.c, driven by xact.c.  Each

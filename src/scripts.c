@@ -18,21 +18,35 @@
 
 /*
  * Take the lock when it is free (SET NX PX, as every Redis lock client
- * does) and bump the fencing counter in the same step.  A lock that already
+ * does) and draw its fencing token in the same step.  A lock that already
  * carries our token is ours: that happens when an earlier command's outcome
- * was unknown.  Returns the fencing token, or 0 when someone else holds it.
- * KEYS: lock, fence counter.  ARGV: owner token, ttl in ms.
+ * was unknown.  The token is Redis' clock in microseconds, or one more than
+ * the last token when that is larger, and it is kept beside the lock only
+ * as long as the lease; successive holders get increasing tokens as long as
+ * Redis' clock does not go back by more than a lease.  The token key is
+ * checked before anything is written, so that a failing script leaves no
+ * lock behind.  Returns the token, or 0 when someone else holds the lock.
+ * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms.
  */
 RedisScript acquire_script = {
 	"acquire",
-	"if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-	"  return redis.call('INCR', KEYS[2])\n"
+	"local last = redis.call('GET', KEYS[2])\n"
+	"if last and not string.match(last, '^%d+$') then\n"
+	"  return redis.error_reply('NOTINT fencing token key does not hold an integer')\n"
 	"end\n"
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
+	"  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+	"    return 0\n"
+	"  end\n"
 	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-	"  return redis.call('INCR', KEYS[2])\n"
 	"end\n"
-	"return 0\n"
+	"local now = redis.call('TIME')\n"
+	"local token = tonumber(now[1]) * 1000000 + tonumber(now[2])\n"
+	"if last and tonumber(last) >= token then\n"
+	"  token = tonumber(last) + 1\n"
+	"end\n"
+	"redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[2])\n"
+	"return token\n"
 };
 
 /*
@@ -48,12 +62,14 @@ RedisScript release_script = {
 };
 
 /*
- * Reset the lease of the lock only if it is still ours.  Returns 1 when
- * renewed.  KEYS: lock.  ARGV: owner token, ttl in ms.
+ * Reset the lease of the lock, and of its fencing token, only if the lock
+ * is still ours.  Returns 1 when renewed.
+ * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms.
  */
 RedisScript extend_script = {
 	"extend",
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  redis.call('PEXPIRE', KEYS[2], ARGV[2])\n"
 	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"end\n"
 	"return 0\n"

@@ -225,9 +225,10 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	decrement->rkey = pstrdup(rkey);
 	decrement->rkeylen = rkeylen;
 	decrement->prefixlen = strlen(conn->key_prefix);
-	decrement->ops_key = redis_sibling_key(rkey, rkeylen, "ops",
-										   &decrement->ops_keylen);
-	decrement->buyers_key = redis_sibling_key(rkey, rkeylen, "buyers",
+	decrement->ops_key = redis_sibling_key(rkey, rkeylen, decrement->prefixlen,
+										   "ops", &decrement->ops_keylen);
+	decrement->buyers_key = redis_sibling_key(rkey, rkeylen,
+											  decrement->prefixlen, "buyers",
 											  &decrement->buyers_keylen);
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);

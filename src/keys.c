@@ -1,0 +1,182 @@
+/*-------------------------------------------------------------------------
+ *
+ * keys.c
+ *		Where redislock's keys live: inside the server's key prefix, and
+ *		in the Redis Cluster hash slot of the key they belong to.
+ *
+ * A lock or stock key is exactly the server's key_prefix followed by the
+ * user's key, so that other clients find it.  What the extension keeps
+ * beside such a key (a lock's fencing token, an item's buyers and
+ * decrement records) is a sibling key,
+ *
+ *		<key_prefix>{<slot tag>}:<kind>:<key>
+ *
+ * where the slot tag is a short string that hashes to the Cluster slot of
+ * <key_prefix><key>.  Whatever the user's key contains, braces included,
+ * the first '{' of a sibling is the one before the slot tag (the prefix
+ * may hold a complete hash tag, which then decides the slot of every key
+ * alike), so one script's keys always share one slot and stay inside the
+ * prefix, where a Redis ACL pattern such as ~shop:* confines them.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+
+#include "redislock.h"
+
+#define CLUSTER_SLOTS		16384
+
+/* CRC16 (XMODEM: polynomial 0x1021, no reflection), per table, built once */
+static uint16 crc16_table[256];
+
+/* For each slot, the number whose decimal digits hash to it */
+static uint32 *slot_tags = NULL;
+
+static void
+build_crc16_table(void)
+{
+	int			i;
+
+	for (i = 0; i < 256; i++)
+	{
+		uint16		crc = i << 8;
+		int			bit;
+
+		for (bit = 0; bit < 8; bit++)
+			crc = (crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1;
+		crc16_table[i] = crc;
+	}
+}
+
+static uint16
+crc16(const char *buf, int len)
+{
+	uint16		crc = 0;
+	int			i;
+
+	if (crc16_table[1] == 0)
+		build_crc16_table();
+	for (i = 0; i < len; i++)
+		crc = (crc << 8) ^ crc16_table[((crc >> 8) ^ (uint8) buf[i]) & 0xff];
+	return crc;
+}
+
+/*
+ * The part of a key that decides its slot: the content of its first
+ * complete, non-empty hash tag, else the whole key.
+ */
+static const char *
+hashed_part(const char *key, int len, int *hashed_len)
+{
+	const char *open = memchr(key, '{', len);
+	const char *close;
+
+	if (open != NULL)
+	{
+		close = memchr(open + 1, '}', len - (open + 1 - key));
+		if (close != NULL && close > open + 1)
+		{
+			*hashed_len = close - (open + 1);
+			return open + 1;
+		}
+	}
+	*hashed_len = len;
+	return key;
+}
+
+/* The Redis Cluster hash slot of a key */
+int
+redis_key_slot(const char *key, int len)
+{
+	int			hashed_len;
+	const char *hashed = hashed_part(key, len, &hashed_len);
+
+	return crc16(hashed, hashed_len) & (CLUSTER_SLOTS - 1);
+}
+
+/*
+ * Find, for every slot, the smallest number whose decimal digits hash to
+ * it.  About 170,000 tries fill all 16,384 slots; it takes a few ms, once
+ * per backend, at its first sibling key.
+ */
+static void
+build_slot_tags(void)
+{
+	uint32	   *tags = MemoryContextAlloc(TopMemoryContext,
+										  sizeof(uint32) * CLUSTER_SLOTS);
+	int			missing = CLUSTER_SLOTS;
+	uint32		n;
+
+	memset(tags, 0xff, sizeof(uint32) * CLUSTER_SLOTS);
+	for (n = 0; missing > 0; n++)
+	{
+		char		digits[12];
+		int			slot = crc16(digits, pg_ultoa_n(n, digits)) &
+			(CLUSTER_SLOTS - 1);
+
+		if (tags[slot] == PG_UINT32_MAX)
+		{
+			tags[slot] = n;
+			missing--;
+		}
+	}
+	slot_tags = tags;
+}
+
+/*
+ * The sibling of kind `kind` of rkey (rkeylen bytes, the first prefixlen
+ * of which are the server's key prefix), palloc'd and NUL-terminated.
+ */
+char *
+redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
+				  const char *kind, int *len)
+{
+	int			kindlen = strlen(kind);
+	char		tag[12];
+	int			taglen;
+	char	   *sibling;
+	char	   *p;
+
+	if (slot_tags == NULL)
+		build_slot_tags();
+	taglen = pg_ultoa_n(slot_tags[redis_key_slot(rkey, rkeylen)], tag);
+
+	sibling = palloc(rkeylen + taglen + kindlen + 5);
+	p = sibling;
+	memcpy(p, rkey, prefixlen);
+	p += prefixlen;
+	*p++ = '{';
+	memcpy(p, tag, taglen);
+	p += taglen;
+	*p++ = '}';
+	*p++ = ':';
+	memcpy(p, kind, kindlen);
+	p += kindlen;
+	*p++ = ':';
+	memcpy(p, rkey + prefixlen, rkeylen - prefixlen);
+	p += rkeylen - prefixlen;
+	*p = '\0';
+	*len = p - sibling;
+	return sibling;
+}
+
+/*
+ * Can keys under this prefix have siblings in their slot?  Only if a '{'
+ * in the prefix opens a complete, non-empty hash tag within the prefix:
+ * otherwise the slot of a key would depend on what follows the prefix in
+ * a way a sibling cannot follow.
+ */
+bool
+redis_prefix_is_valid(const char *prefix)
+{
+	const char *open = strchr(prefix, '{');
+	const char *close;
+
+	if (open == NULL)
+		return true;
+	close = strchr(open + 1, '}');
+	return close != NULL && close > open + 1;
+}
