@@ -20,3 +20,18 @@ CREATE FUNCTION redis_disconnect_all()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'redis_disconnect_all'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT;
+
+-- Removing an item, and settling decrements that their backends could not.
+CREATE FUNCTION redis_stock_delete(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_stock_delete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stock_recover(OUT key text, OUT xid xid8, OUT qty bigint,
+                                    OUT buyer text, OUT outcome text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_stock_recover'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
+
+REVOKE EXECUTE ON FUNCTION redis_stock_delete(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION redis_stock_recover() FROM PUBLIC;

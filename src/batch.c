@@ -214,6 +214,40 @@ redis_unexpected_reply(const RedisCall *call, const char *key, int elevel)
 						   call->conn->node.endpoint)));
 }
 
+/* The number of strings in an array reply, nested arrays inlined */
+static int
+count_array_strings(const redisReply *reply)
+{
+	int			n = 0;
+	size_t		i;
+
+	for (i = 0; i < reply->elements; i++)
+		n += reply->element[i]->type == REDIS_REPLY_ARRAY ?
+			count_array_strings(reply->element[i]) : 1;
+	return n;
+}
+
+/* Copy the strings (and integers, as text) of an array reply, in order */
+static void
+copy_array_strings(RedisCall *call, const redisReply *reply)
+{
+	size_t		i;
+
+	for (i = 0; i < reply->elements; i++)
+	{
+		const redisReply *element = reply->element[i];
+
+		if (element->type == REDIS_REPLY_ARRAY)
+			copy_array_strings(call, element);
+		else if (element->type == REDIS_REPLY_INTEGER)
+			call->elements[call->nelements++] = psprintf("%lld",
+														 element->integer);
+		else
+			call->elements[call->nelements++] =
+				element->str ? pnstrdup(element->str, element->len) : NULL;
+	}
+}
+
 /* Keep what the caller needs of a reply, then let hiredis free it */
 static void
 copy_reply(RedisCall *call, redisReply *reply)
@@ -222,12 +256,19 @@ copy_reply(RedisCall *call, redisReply *reply)
 	call->integer = reply->integer;
 	call->str = NULL;
 	call->len = 0;
+	call->nelements = 0;
 	if (reply->type == REDIS_REPLY_STRING ||
 		reply->type == REDIS_REPLY_STATUS ||
 		reply->type == REDIS_REPLY_ERROR)
 	{
 		call->str = pnstrdup(reply->str, reply->len);
 		call->len = reply->len;
+	}
+	else if (reply->type == REDIS_REPLY_ARRAY)
+	{
+		call->elements = palloc(sizeof(char *) *
+								Max(count_array_strings(reply), 1));
+		copy_array_strings(call, reply);
 	}
 	freeReplyObject(reply);
 }

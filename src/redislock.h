@@ -144,6 +144,8 @@ typedef struct RedisCall
 	long long	integer;
 	char	   *str;			/* palloc'd, NUL-terminated */
 	size_t		len;
+	int			nelements;		/* an array's strings, nested ones inlined */
+	char	  **elements;		/* palloc'd, NUL-terminated */
 } RedisCall;
 
 extern void resp_append_call(StringInfo buf, const RedisCall *call);

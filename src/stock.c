@@ -20,7 +20,9 @@
 #include <hiredis/hiredis.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "fmgr.h"
+#include "replication/message.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -44,8 +46,11 @@ typedef struct PendingDecrement
 	int			level;			/* subtransaction nesting level */
 } PendingDecrement;
 
-/* Numbers this backend's operation ids */
+/* Numbers this backend's operations within a transaction ID */
 static uint64 op_counter = 0;
+
+/* The last transaction ID made durable for a decrement */
+static FullTransactionId durable_xid = {0};
 
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
 static dlist_head pending = DLIST_STATIC_INIT(pending);
@@ -54,6 +59,7 @@ PG_FUNCTION_INFO_V1(redis_stock_set);
 PG_FUNCTION_INFO_V1(redis_stock_get);
 PG_FUNCTION_INFO_V1(redis_stock_incr);
 PG_FUNCTION_INFO_V1(redis_stock_decr);
+PG_FUNCTION_INFO_V1(redis_stock_delete);
 
 static int64
 validated_qty(FunctionCallInfo fcinfo, int argno, bool zero_ok)
@@ -72,24 +78,19 @@ validated_qty(FunctionCallInfo fcinfo, int argno, bool zero_ok)
 }
 
 /*
- * Start a call on the stock key named by the first argument: a plain
- * command when command is given, else the script.  *key_out receives the
- * key as the user gave it, for messages.
+ * Start a command on the stock key named by the first argument.  *key_out
+ * receives the key as the user gave it, for messages.
  */
 static void
 prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
-				   const char *command, const RedisScript *script,
-				   const char **key_out)
+				   const char *command, const char **key_out)
 {
 	RedisConn  *conn;
 	int			rkeylen;
 	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
 
-	redis_call_init(call, conn, script);
-	if (command != NULL)
-		redis_call_arg(call, command, strlen(command));
-	else
-		call->nkeys = 1;
+	redis_call_init(call, conn, NULL);
+	redis_call_arg(call, command, strlen(command));
 	redis_call_arg(call, rkey, rkeylen);
 	*key_out = rkey + strlen(conn->key_prefix);
 }
@@ -138,7 +139,7 @@ redis_stock_set(PG_FUNCTION_ARGS)
 	RedisCall	call;
 	const char *key;
 
-	prepare_stock_call(fcinfo, &call, "SET", NULL, &key);
+	prepare_stock_call(fcinfo, &call, "SET", &key);
 	redis_call_int_arg(&call, qty);
 	redis_run(&call, 1);
 	if (call.reply_type != REDIS_REPLY_STATUS)
@@ -155,7 +156,7 @@ redis_stock_get(PG_FUNCTION_ARGS)
 	char	   *end;
 	long long	stock;
 
-	prepare_stock_call(fcinfo, &call, "GET", NULL, &key);
+	prepare_stock_call(fcinfo, &call, "GET", &key);
 	redis_run(&call, 1);
 	if (call.reply_type == REDIS_REPLY_NIL)
 		PG_RETURN_NULL();
@@ -184,10 +185,38 @@ redis_stock_incr(PG_FUNCTION_ARGS)
 	RedisCall	call;
 	const char *key;
 
-	prepare_stock_call(fcinfo, &call, "INCRBY", NULL, &key);
+	prepare_stock_call(fcinfo, &call, "INCRBY", &key);
 	redis_call_int_arg(&call, qty);
 	redis_run(&call, 1);
 	PG_RETURN_INT64(stock_result(&call, key));
+}
+
+/*
+ * redis_stock_delete(key): remove an item: its stock, its buyers and the
+ * records of its decrements, all in its slot.  True when there was
+ * something to remove.  Decrements still pending for it are not given back.
+ */
+Datum
+redis_stock_delete(PG_FUNCTION_ARGS)
+{
+	RedisCall	call;
+	const char *key;
+	int			prefixlen;
+	int			ops_keylen;
+	int			buyers_keylen;
+	char	   *ops_key;
+	char	   *buyers_key;
+
+	prepare_stock_call(fcinfo, &call, "DEL", &key);
+	prefixlen = key - call.argv[1];
+	ops_key = redis_sibling_key(call.argv[1], call.argvlen[1], prefixlen,
+								"ops", &ops_keylen);
+	buyers_key = redis_sibling_key(call.argv[1], call.argvlen[1], prefixlen,
+								   "buyers", &buyers_keylen);
+	redis_call_arg(&call, ops_key, ops_keylen);
+	redis_call_arg(&call, buyers_key, buyers_keylen);
+	redis_run(&call, 1);
+	PG_RETURN_BOOL(stock_result(&call, key) > 0);
 }
 
 static const char *
@@ -205,6 +234,30 @@ validated_buyer(FunctionCallInfo fcinfo, int argno)
 				 errmsg("buyer must not be empty"),
 				 errhint("Pass NULL to allow any number of purchases.")));
 	return buyer;
+}
+
+/*
+ * The ID of the current (sub)transaction, assigned if need be and made
+ * durable before any decrement carrying it reaches Redis.  A decrement's
+ * record names it, and redis_stock_recover() judges the record by that
+ * transaction's fate; an ID that never reached WAL could be handed out
+ * again after a crash, and the record would then be judged by another
+ * transaction.  A small WAL record carries the ID and is flushed; the
+ * commit is made synchronous too, so that a transaction whose only work
+ * was a decrement stays committed across a crash.
+ */
+static FullTransactionId
+durable_transaction_id(void)
+{
+	FullTransactionId fxid = GetCurrentFullTransactionId();
+
+	if (!FullTransactionIdEquals(fxid, durable_xid))
+	{
+		XLogFlush(LogLogicalMessage("redislock", "", 0, false));
+		durable_xid = fxid;
+	}
+	ForceSyncCommit();
+	return fxid;
 }
 
 /*
@@ -232,7 +285,9 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 											  &decrement->buyers_keylen);
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);
-	decrement->op_id = psprintf("%s:" UINT64_FORMAT, redislock_owner_token(),
+	decrement->op_id = psprintf(UINT64_FORMAT ":" UINT64_FORMAT ":" UINT64_FORMAT,
+								GetSystemIdentifier(),
+								U64FromFullTransactionId(durable_transaction_id()),
 								++op_counter);
 	decrement->qty = qty;
 	decrement->level = GetCurrentTransactionNestLevel();
