@@ -19,6 +19,14 @@ ISOLATION_OPTS = --inputdir=test
 
 TAP_TESTS = 1
 
+# Export only what PostgreSQL looks up in the library: _PG_init,
+# Pg_magic_func, and each SQL-callable function X with its pg_finfo_X.  The
+# list is made from the objects at link time (every pg_finfo_X defined by
+# PG_FUNCTION_INFO_V1 names an X), so a new SQL function needs nothing here,
+# and internal helpers stay local whatever their names.
+SHLIB_LINK += -Wl,--version-script=exports.map
+EXTRA_CLEAN += exports.map
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
@@ -27,3 +35,10 @@ PG_CPPFLAGS += -Wall -Wmissing-prototypes
 
 # every object depends on the shared header
 $(OBJS): src/redislock.h
+
+# the version script that SHLIB_LINK names (see above)
+exports.map: $(OBJS)
+	{ echo '{ global: _PG_init; Pg_magic_func;'; \
+	  nm --defined-only $(OBJS) | sed -n 's/^[0-9a-f]* T pg_finfo_\(.*\)$$/  \1; pg_finfo_\1;/p' | sort -u; \
+	  echo 'local: *; };'; } >$@
+$(shlib): exports.map
