@@ -9,15 +9,13 @@ SHLIB_LINK = -lhiredis
 
 DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.0--1.1.sql
 
+# Regression tests: sql/*.sql, expected/*.out.  Isolation specs:
+# test/specs/*.spec, expected/*.out (see "Test conventions" below).
 REGRESS = setup fdw_options errors locks stacking transactions stock \
 	binary_keys privileges seckill_example
-REGRESS_OPTS = --inputdir=.
 
 ISOLATION = lock_wait lock_rollback savepoint_release stock_no_oversell \
 	stock_buyer
-ISOLATION_OPTS = --inputdir=test
-
-TAP_TESTS = 1
 
 # Export only what PostgreSQL looks up in the library: _PG_init,
 # Pg_magic_func, and each SQL-callable function X with its pg_finfo_X.  The
@@ -25,7 +23,20 @@ TAP_TESTS = 1
 # PG_FUNCTION_INFO_V1 names an X), so a new SQL function needs nothing here,
 # and internal helpers stay local whatever their names.
 SHLIB_LINK += -Wl,--version-script=exports.map
-EXTRA_CLEAN += exports.map
+EXTRA_CLEAN += exports.map tmp_check
+
+# Test conventions.  "make installcheck" runs the regression and isolation
+# suites against a running PostgreSQL (the usual PG* variables) and a running
+# Redis at REDIS_HOST:REDIS_PORT; test/installcheck-prep checks that Redis
+# answers and makes the isolation database, pointed at it, beforehand (the
+# specs cannot read the environment), so pg_isolation_regress uses that one.
+# It also makes the specs visible as output_iso/specs, where
+# pg_isolation_regress looks before the input directory, so that both
+# suites take the top level as input directory and one expected/.
+REDIS_HOST ?= 127.0.0.1
+export REDIS_HOST REDIS_PORT
+REGRESS_PREP = installcheck-prep
+ISOLATION_OPTS = --use-existing
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -42,3 +53,19 @@ exports.map: $(OBJS)
 	  nm --defined-only $(OBJS) | sed -n 's/^[0-9a-f]* T pg_finfo_\(.*\)$$/  \1; pg_finfo_\1;/p' | sort -u; \
 	  echo 'local: *; };'; } >$@
 $(shlib): exports.map
+
+.PHONY: installcheck-prep prove_installcheck
+installcheck-prep:
+	bash $(srcdir)/test/installcheck-prep '$(bindir)' $(if $(ISOLATION),$(ISOLATION_TESTDB))
+ifdef ISOLATION
+	$(MKDIR_P) output_iso
+	ln -sfn '$(abspath $(srcdir))/test/specs' output_iso/specs
+endif
+
+# "make prove_installcheck" runs the TAP tests of test/t, which start their
+# own PostgreSQL and Redis, with the installed extension; PROVE_FLAGS gives
+# prove more options (e.g. --verbose), PROVE_TESTS a subset.
+PROVE_TESTS ?= test/t/*.pl
+override PROVE_FLAGS += -I test/perl
+prove_installcheck:
+	$(prove_installcheck)

@@ -38,10 +38,14 @@ SET redislock.server = 'regress_missing';
 SELECT redis_lock_acquire('fdw:x');
 RESET redislock.server;
 
--- a key prefix namespaces every key of a server
-\getenv redis_port REDIS_PORT
+-- a key prefix namespaces every key of a server; this one reaches the test
+-- Redis as the server redislock does (setup)
+SELECT max(option_value) FILTER (WHERE option_name = 'host') AS host,
+       max(option_value) FILTER (WHERE option_name = 'port') AS port
+  FROM pg_foreign_server, pg_options_to_table(srvoptions)
+ WHERE srvname = 'redislock' \gset redis_
 CREATE SERVER regress_prefixed FOREIGN DATA WRAPPER redislock
-  OPTIONS (host '127.0.0.1', port :'redis_port', key_prefix 'tenant1:');
+  OPTIONS (host :'redis_host', port :'redis_port', key_prefix 'tenant1:');
 SET redislock.server = 'regress_prefixed';
 SELECT redis_stock_set('fdw:item', 7);
 SELECT redis_stock_get('fdw:item');

@@ -1,8 +1,13 @@
--- Create the extension and point its server at the test Redis, whose port
--- the test runner passes in REDIS_PORT.
+-- Create the extension and point its server at the test Redis, which
+-- REDIS_HOST (default 127.0.0.1) and REDIS_PORT name.
+\getenv redis_host REDIS_HOST
+\if :{?redis_host}
+\else
+\set redis_host 127.0.0.1
+\endif
 \getenv redis_port REDIS_PORT
 CREATE EXTENSION redislock;
-ALTER SERVER redislock OPTIONS (SET port :'redis_port');
+ALTER SERVER redislock OPTIONS (SET host :'redis_host', SET port :'redis_port');
 
 -- what the extension made
 SELECT fdwname, fdwvalidator::regproc FROM pg_foreign_data_wrapper

@@ -42,14 +42,12 @@ rl_find_pg_config() {
 }
 
 # Locate the PostgreSQL installation and export the variables the servers
-# and test programs need: PG_CONFIG, RL_PG_BINDIR (also put first in PATH),
-# RL_PG_TESTDIR (pg_regress, isolation tester, TAP modules) and RL_RUN_USER.
+# and test programs need: PG_CONFIG, RL_PG_BINDIR (also put first in PATH)
+# and RL_RUN_USER.
 rl_init_env() {
 	PG_CONFIG=$(rl_find_pg_config)
 	RL_PG_BINDIR=$("$PG_CONFIG" --bindir)
-	RL_PG_TESTDIR=$(dirname "$("$PG_CONFIG" --pgxs)")/../test
-	RL_PG_TESTDIR=$(cd "$RL_PG_TESTDIR" && pwd)
-	export PG_CONFIG RL_PG_BINDIR RL_PG_TESTDIR
+	export PG_CONFIG RL_PG_BINDIR
 	export PATH="$RL_PG_BINDIR:$PATH"
 
 	command -v redis-server >/dev/null || rl_die "redis-server not found: install redis-server (scripts/setup does)"
