@@ -65,6 +65,23 @@ rl_init_env() {
 	export RL_RUN_USER
 }
 
+# rl_apt_get ARGS...: run apt-get ARGS (as root), non-interactively.  A
+# policy-rc.d that forbids starting services keeps the packages' scripts from
+# starting PostgreSQL's "main" cluster and Redis on their default ports while
+# it runs; an existing policy is left as it is.
+rl_apt_get() {
+	local policy=/usr/sbin/policy-rc.d status=0
+	if [[ -e $policy ]]; then
+		DEBIAN_FRONTEND=noninteractive apt-get -q "$@"
+		return
+	fi
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 755 "$policy"
+	DEBIAN_FRONTEND=noninteractive apt-get -q "$@" || status=$?
+	rm -f "$policy"
+	return "$status"
+}
+
 # Run a command as the ordinary user, keeping the environment.  The current
 # directory must be readable by that user (scripts cd into the work dir).
 rl_as_user() {
@@ -75,32 +92,42 @@ rl_as_user() {
 	fi
 }
 
-# Fail unless the extension has been installed into the PostgreSQL found by
-# rl_init_env.
+# Fail unless the extension (its control file and library) has been
+# installed into the PostgreSQL of PG_CONFIG (rl_find_pg_config's by
+# default).
 rl_check_installed() {
-	local control
-	control="$("$PG_CONFIG" --sharedir)/extension/redislock.control"
-	[[ -f $control ]] || rl_die "$control is missing: build and install the extension first (scripts/setup)"
+	local file pg_config
+	pg_config=${PG_CONFIG:-$(rl_find_pg_config)}
+	for file in "$("$pg_config" --sharedir)/extension/redislock.control" \
+		"$("$pg_config" --pkglibdir)/redislock.so"; do
+		[[ -f $file ]] || rl_die "$file is missing: build and install the extension first" \
+			"(scripts/setup), or install its package"
+	done
+}
+
+# rl_copy_tree DIR: copy the repository into DIR (made if missing), leaving
+# out git metadata and earlier test output.
+rl_copy_tree() {
+	mkdir -p "$1"
+	tar -C "$RL_ROOT" -cf - \
+		--exclude=./.git --exclude=./results --exclude=./output_iso \
+		--exclude=./tmp_check --exclude=./log \
+		--exclude=./regression.diffs --exclude=./regression.out \
+		. | tar -C "$1" -xf -
 }
 
 # Create the work dir (a fresh temporary directory owned by the run user,
 # with an empty tmp/ for test programs' temporary files) and cd into it.  As
 # root it is made under /tmp, where the run user can reach it whatever root's
-# TMPDIR is.  With "copy", also copy the repository into $RL_WORK/src,
-# leaving out git metadata and earlier test output, so that make and the
-# test programs can write there.
+# TMPDIR is.  With "copy", also copy the repository into $RL_WORK/src, so
+# that make and the test programs can write there.
 rl_make_workdir() {
 	local base=${TMPDIR:-/tmp}
 	((EUID != 0)) || base=/tmp
 	RL_WORK=$(mktemp -d "$base/redislock.XXXXXX")
 	mkdir "$RL_WORK/tmp"
 	if [[ ${1:-} == copy ]]; then
-		mkdir "$RL_WORK/src"
-		tar -C "$RL_ROOT" -cf - \
-			--exclude=./.git --exclude=./results --exclude=./output_iso \
-			--exclude=./tmp_check --exclude=./log \
-			--exclude=./regression.diffs --exclude=./regression.out \
-			. | tar -C "$RL_WORK/src" -xf -
+		rl_copy_tree "$RL_WORK/src"
 	fi
 	if ((EUID == 0)); then
 		chown -R "$RL_RUN_USER:" "$RL_WORK"
