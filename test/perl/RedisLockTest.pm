@@ -345,6 +345,7 @@ sub session_query
 =head2 start_query($session, $sql)
 
 Sends SQL to a background psql session without waiting for it to finish.
+Several sessions may each have a query running.
 
 =cut
 
@@ -354,6 +355,7 @@ sub start_query
 {
 	my ($session, $sql) = @_;
 	$marker++;
+	$session->{rl_marker} = $marker;
 	$session->{stdout} = '';
 	$session->{stderr} = '';
 	$session->{rl_started} = [gettimeofday];
@@ -375,7 +377,7 @@ it does not finish in time.
 sub finish_query
 {
 	my ($session, $limit) = @_;
-	my $end = qr/^end of query $marker\n/m;
+	my $end = qr/^end of query $session->{rl_marker}\n/m;
 	my $t0 = [gettimeofday];
 	until ($session->{stdout} =~ $end && $session->{stderr} =~ $end)
 	{
