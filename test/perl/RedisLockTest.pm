@@ -47,7 +47,7 @@ use PostgreSQL::Test::Utils;
 use Time::HiRes qw(gettimeofday tv_interval usleep);
 
 our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
-  wait_until);
+  wait_until backend_gone);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -435,6 +435,27 @@ sub wait_until
 		return undef if tv_interval($t0) > $limit;
 		usleep(20_000);
 	}
+}
+
+=pod
+
+=head2 backend_gone($session, $pid, $limit)
+
+Waits at most C<$limit> seconds, asking through background psql session
+C<$session>, for backend C<$pid> to leave pg_stat_activity; returns the
+seconds it took, or undef.
+
+=cut
+
+sub backend_gone
+{
+	my ($session, $pid, $limit) = @_;
+	return wait_until(
+		$limit,
+		sub {
+			(session_query($session,
+				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid"))[0] eq '0';
+		});
 }
 
 # Start redis-server in the foreground as our child (so that it is reaped

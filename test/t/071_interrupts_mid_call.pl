@@ -12,7 +12,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(gettimeofday tv_interval usleep);
-use RedisLockTest qw(session_query start_query finish_query wait_for_stderr wait_until);
+use RedisLockTest
+  qw(session_query start_query finish_query wait_for_stderr wait_until backend_gone);
 
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('midcall', $redis);
@@ -35,19 +36,6 @@ sub new_session
 	my ($out) = session_query($s, "SELECT redis_stock_get('st')");
 	die "Redis is not reachable: $out" unless $out eq '5';
 	return ($s, $pid);
-}
-
-# Has backend $pid left pg_stat_activity within $limit seconds?  Returns
-# the seconds it took, or undef.
-sub backend_gone
-{
-	my ($pid, $limit) = @_;
-	return wait_until(
-		$limit,
-		sub {
-			(session_query($admin, "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid"))[0]
-			  eq '0';
-		});
 }
 
 # Wait until backend $pid is running a statement.
@@ -143,7 +131,7 @@ start_query($s, "SELECT redis_stock_get('st')");
 wait_active($pid);
 usleep(300_000);
 is((session_query($admin, "SELECT pg_terminate_backend($pid)"))[0], 't', 'terminate sent');
-$secs = backend_gone($pid, 10);
+$secs = backend_gone($admin, $pid, 10);
 ok(defined $secs && $secs < 1, 'a backend terminated while it waits on Redis is gone within 1 s')
   or diag('it took ' . ($secs // 'more than 10') . ' s');
 $redis->resume;
