@@ -39,12 +39,15 @@ use warnings;
 use Carp;
 use Exporter 'import';
 use File::Basename;
+use IO::Select;
+use IO::Socket::INET;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
-use Time::HiRes qw(usleep);
+use Time::HiRes qw(gettimeofday tv_interval usleep);
 
-our @EXPORT_OK = qw(session_query);
+our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
+  wait_until backend_gone);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -177,6 +180,115 @@ sub restart
 
 =pod
 
+=item $redis->answers($secs)
+
+Whether Redis answers a PING within C<$secs> seconds.  It uses a raw socket,
+so that the time a redis-cli process takes to start does not count.
+
+=cut
+
+sub answers
+{
+	my ($self, $secs) = @_;
+	my $sock = IO::Socket::INET->new(
+		PeerAddr => '127.0.0.1',
+		PeerPort => $self->{port},
+		Proto    => 'tcp',
+		Timeout  => 1) or return 0;
+	$sock->autoflush(1);
+	print $sock "PING\r\n";
+	my $answered = IO::Select->new($sock)->can_read($secs) ? 1 : 0;
+	close $sock;
+	return $answered;
+}
+
+=pod
+
+=item $redis->debug_sleep($secs)
+
+Make Redis sleep for C<$secs> seconds (C<DEBUG SLEEP> from a background
+redis-cli) and return, once it no longer answers PING, the handle of that
+redis-cli for C<wake>.
+
+=cut
+
+sub debug_sleep
+{
+	my ($self, $secs) = @_;
+	my @auth = defined $self->{password} ? ('--no-auth-warning', '-a', $self->{password}) : ();
+	my $h = IPC::Run::start(
+		[ 'redis-cli', '-h', '127.0.0.1', '-p', $self->{port}, @auth, 'DEBUG', 'SLEEP', $secs ],
+		'<', \undef, '>', \my $out, '2>', \my $err);
+	for (1 .. 300)
+	{
+		return $h unless $self->answers(0.2);
+		usleep(10_000);
+	}
+	croak 'Redis did not start sleeping';
+}
+
+=pod
+
+=item $redis->wake($handle)
+
+Wait for Redis, put to sleep by C<debug_sleep>, to wake up and answer again.
+
+=cut
+
+sub wake
+{
+	my ($self, $h) = @_;
+	$h->finish;
+	croak 'Redis does not answer' unless $self->cli('PING') eq 'PONG';
+	return;
+}
+
+=pod
+
+=item $redis->pause, $redis->resume
+
+Stop Redis with SIGSTOP, so that it accepts connections (the kernel's
+listen backlog does) and receives bytes but answers nothing, and let it go
+on with SIGCONT, after which it answers what it received meanwhile.
+
+=cut
+
+sub pause
+{
+	my ($self) = @_;
+	croak 'Redis is not running' unless $self->{handle};
+	$self->{handle}->signal('STOP');
+	$self->{paused} = 1;
+	return;
+}
+
+sub resume
+{
+	my ($self) = @_;
+	croak 'Redis is not running' unless $self->{handle};
+	$self->{handle}->signal('CONT');
+	$self->{paused} = 0;
+	return;
+}
+
+=pod
+
+=item $redis->client_count
+
+How many clients Redis has connected, not counting the redis-cli that asks.
+
+=cut
+
+sub client_count
+{
+	my ($self) = @_;
+	my $list = $self->cli('CLIENT', 'LIST');
+	croak "CLIENT LIST failed: $list" unless $list =~ /^id=/;
+	return scalar grep { !/\bcmd=client\|list\b/ } split /\n/, $list;
+}
+
+=pod
+
 =item RedisLockTest->new_node($name, $redis)
 
 Create, initialize and start a PostgreSQL::Test::Cluster node, then in
@@ -228,6 +340,124 @@ sub session_query
 		Time::HiRes::tv_interval($t0));
 }
 
+=pod
+
+=head2 start_query($session, $sql)
+
+Sends SQL to a background psql session without waiting for it to finish.
+Several sessions may each have a query running.
+
+=cut
+
+my $marker = 0;
+
+sub start_query
+{
+	my ($session, $sql) = @_;
+	$marker++;
+	$session->{rl_marker} = $marker;
+	$session->{stdout} = '';
+	$session->{stderr} = '';
+	$session->{rl_started} = [gettimeofday];
+	$session->{stdin} .= "$sql;\n\\echo 'end of query $marker'\n\\warn 'end of query $marker'\n";
+	$session->{run}->pump_nb;
+	return;
+}
+
+=pod
+
+=head2 finish_query($session, $limit)
+
+Waits at most C<$limit> seconds for the query sent by C<start_query> to
+finish, and returns its output, its stderr and the seconds waited; dies if
+it does not finish in time.
+
+=cut
+
+sub finish_query
+{
+	my ($session, $limit) = @_;
+	my $end = qr/^end of query $session->{rl_marker}\n/m;
+	my $t0 = [gettimeofday];
+	until ($session->{stdout} =~ $end && $session->{stderr} =~ $end)
+	{
+		croak "query still running after $limit s" if tv_interval($t0) > $limit;
+		$session->{run}->pump_nb;
+		usleep(2_000);
+	}
+	my $secs = tv_interval($t0);
+	my ($out, $err) = ($session->{stdout}, $session->{stderr});
+	$session->{stdout} = $session->{stderr} = '';
+	s/$end//, s/\n\z// for ($out, $err);
+	return ($out, $err, $secs);
+}
+
+=pod
+
+=head2 wait_for_stderr($session, $re, $limit)
+
+Waits at most C<$limit> seconds, while a query sent by C<start_query> runs,
+for its stderr to match C<$re> (psql prints an error as soon as it arrives,
+before the backend has finished aborting), and returns the seconds since
+the query was sent, or undef if it did not match in time.
+
+=cut
+
+sub wait_for_stderr
+{
+	my ($session, $re, $limit) = @_;
+	my $t0 = [gettimeofday];
+	until ($session->{stderr} =~ $re)
+	{
+		return undef if tv_interval($t0) > $limit;
+		$session->{run}->pump_nb;
+		usleep(2_000);
+	}
+	return tv_interval($session->{rl_started});
+}
+
+=pod
+
+=head2 wait_until($limit, $code)
+
+Calls C<$code> until it returns true, every 20 ms for at most C<$limit>
+seconds; returns the seconds it took, or undef if it never did.
+
+=cut
+
+sub wait_until
+{
+	my ($limit, $code) = @_;
+	my $t0 = [gettimeofday];
+	while (1)
+	{
+		return tv_interval($t0) if $code->();
+		return undef if tv_interval($t0) > $limit;
+		usleep(20_000);
+	}
+}
+
+=pod
+
+=head2 backend_gone($session, $pid, $limit)
+
+Waits at most C<$limit> seconds, asking through background psql session
+C<$session>, for backend C<$pid> to leave pg_stat_activity; returns the
+seconds it took, or undef.
+
+=cut
+
+sub backend_gone
+{
+	my ($session, $pid, $limit) = @_;
+	return wait_until(
+		$limit,
+		sub {
+			(session_query($session,
+				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid"))[0] eq '0';
+		});
+}
+
 # Start redis-server in the foreground as our child (so that it is reaped
 # when it dies) and wait until it answers PING; die if it exits or does not
 # answer within the default test timeout.
@@ -268,6 +498,8 @@ sub _end
 
 	$self->{handle} = undef;
 	$handle->signal($signal);
+	# A stopped Redis acts on the signal once it runs again.
+	$handle->signal('CONT') if delete $self->{paused};
 	# finish() reports the exit status, which a signalled Redis has non-zero.
 	eval { $handle->finish };
 	return;

@@ -5,56 +5,10 @@
 use strict;
 use warnings;
 
-use IO::Select;
-use IO::Socket::INET;
-use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(gettimeofday tv_interval usleep);
 use RedisLockTest qw(session_query);
-
-# Does Redis answer a PING within $secs seconds?  A raw socket, so that the
-# time a redis-cli process takes to start does not count.
-sub redis_answers
-{
-	my ($redis, $secs) = @_;
-	my $sock = IO::Socket::INET->new(
-		PeerAddr => '127.0.0.1',
-		PeerPort => $redis->port,
-		Proto    => 'tcp',
-		Timeout  => 1) or return 0;
-	$sock->autoflush(1);
-	print $sock "PING\r\n";
-	my $answered = IO::Select->new($sock)->can_read($secs) ? 1 : 0;
-	close $sock;
-	return $answered;
-}
-
-# Make Redis sleep for $secs seconds (DEBUG SLEEP, from a background
-# redis-cli) and return once it no longer answers PING, with the handle of
-# that redis-cli.
-sub redis_sleep
-{
-	my ($redis, $secs) = @_;
-	my $h = IPC::Run::start(
-		[ 'redis-cli', '-h', '127.0.0.1', '-p', $redis->port, 'DEBUG', 'SLEEP', $secs ],
-		'<', \undef, '>', \my $out, '2>', \my $err);
-	for (1 .. 300)
-	{
-		return $h unless redis_answers($redis, 0.2);
-		usleep(10_000);
-	}
-	die 'Redis did not start sleeping';
-}
-
-# Wait for the sleeping Redis to wake up and answer again.
-sub redis_wake
-{
-	my ($redis, $h) = @_;
-	$h->finish;
-	die 'Redis does not answer' unless $redis->cli('PING') eq 'PONG';
-}
 
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('slow', $redis);
@@ -72,7 +26,7 @@ my ($out, $err, $secs);
 is($out, 't', 'lock taken while Redis is responsive');
 
 # --- a call while Redis sleeps
-my $h = redis_sleep($redis, 3);
+my $h = $redis->debug_sleep(3);
 ($out, $err, $secs) = session_query($s, "SELECT redis_lock_acquire_session('slow1', 30000)");
 like($err,
 	qr/ERROR:\s+08006: Redis server at $endpoint did not answer within 300 ms/,
@@ -87,7 +41,7 @@ is($out, "$pid|2", 'the same backend is usable while Redis sleeps');
 like($err, qr/ERROR:\s+08006: .*did not answer within 300 ms/,
 	'another call fails the same way');
 cmp_ok($secs, '<', 1.5, 'in time as well');
-redis_wake($redis, $h);
+$redis->wake($h);
 
 # The timed-out acquire may have been run by Redis after all (its outcome
 # was unknown); taking the lock again must work either way.
@@ -101,7 +55,7 @@ is($out, 't', 'and released');
 session_query($s, 'BEGIN');
 ($out) = session_query($s, "SELECT redis_lock_acquire('slow2', 30000)");
 is($out, 't', 'transaction lock taken');
-$h = redis_sleep($redis, 2);
+$h = $redis->debug_sleep(2);
 ($out, $err, $secs) = session_query($s, 'COMMIT');
 like($err, qr/ERROR:\s+08006: .*did not answer within 300 ms/,
 	'COMMIT fails when the lock cannot be verified in time');
@@ -112,11 +66,11 @@ is($err, '', 'and out of the transaction');
 
 # --- ROLLBACK while Redis sleeps: bounded, only a warning
 session_query($s, 'SET redislock.verify_before_commit = off');
-redis_wake($redis, $h);
+$redis->wake($h);
 session_query($s, 'BEGIN');
 ($out) = session_query($s, "SELECT redis_lock_acquire('slow3', 30000)");
 is($out, 't', 'transaction lock taken');
-$h = redis_sleep($redis, 2);
+$h = $redis->debug_sleep(2);
 ($out, $err, $secs) = session_query($s, 'ROLLBACK');
 unlike($err, qr/ERROR/, 'ROLLBACK does not fail while Redis sleeps');
 like($err, qr/WARNING:\s+08006: .*did not answer within 300 ms/,
@@ -124,17 +78,17 @@ like($err, qr/WARNING:\s+08006: .*did not answer within 300 ms/,
 cmp_ok($secs, '<', 1.5, 'ROLLBACK returns within the command timeout');
 
 # --- COMMIT without the check: also bounded, only a warning
-redis_wake($redis, $h);
+$redis->wake($h);
 session_query($s, 'BEGIN');
 ($out) = session_query($s, "SELECT redis_lock_acquire('slow4', 30000)");
 is($out, 't', 'transaction lock taken');
-$h = redis_sleep($redis, 2);
+$h = $redis->debug_sleep(2);
 ($out, $err, $secs) = session_query($s, 'COMMIT');
 unlike($err, qr/ERROR/, 'COMMIT without the check succeeds while Redis sleeps');
 like($err, qr/WARNING:\s+08006: .*did not answer within 300 ms/,
 	'and warns that the release timed out');
 cmp_ok($secs, '<', 1.5, 'within the command timeout');
-redis_wake($redis, $h);
+$redis->wake($h);
 
 # --- everything works again once Redis is responsive
 ($out, $err) = session_query($s, "SELECT redis_lock_acquire('slow5', 30000)");

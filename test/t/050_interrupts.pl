@@ -10,41 +10,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(gettimeofday tv_interval usleep);
-use RedisLockTest qw(session_query);
-
-my $marker = 0;
-
-# Send SQL to a background session without waiting for it to finish.
-sub start_query
-{
-	my ($session, $sql) = @_;
-	$marker++;
-	$session->{stdout} = '';
-	$session->{stderr} = '';
-	$session->{stdin} .= "$sql;\n\\echo 'end of query $marker'\n\\warn 'end of query $marker'\n";
-	$session->{run}->pump_nb;
-	return;
-}
-
-# Wait at most $limit seconds for the query sent by start_query to finish;
-# returns its output, its stderr and the seconds waited, or dies.
-sub finish_query
-{
-	my ($session, $limit) = @_;
-	my $end = qr/^end of query $marker\n/m;
-	my $t0 = [gettimeofday];
-	until ($session->{stdout} =~ $end && $session->{stderr} =~ $end)
-	{
-		die "query still running after $limit s" if tv_interval($t0) > $limit;
-		$session->{run}->pump_nb;
-		usleep(2_000);
-	}
-	my $secs = tv_interval($t0);
-	my ($out, $err) = ($session->{stdout}, $session->{stderr});
-	$session->{stdout} = $session->{stderr} = '';
-	s/$end//, s/\n\z// for ($out, $err);
-	return ($out, $err, $secs);
-}
+use RedisLockTest qw(session_query start_query finish_query);
 
 # Wait until pg_stat_activity shows the backend waiting on the extension;
 # returns its "wait_event_type|wait_event|state", the last one seen.
