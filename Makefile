@@ -12,7 +12,7 @@ DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.0--1.1.sql
 # Regression tests: sql/*.sql, expected/*.out.  Isolation specs:
 # test/specs/*.spec, expected/*.out (see "Test conventions" below).
 REGRESS = setup fdw_options errors locks stacking transactions stock \
-	binary_keys privileges seckill_example
+	binary_keys privileges seckill_example connections
 
 ISOLATION = lock_wait lock_rollback savepoint_release stock_no_oversell \
 	stock_buyer

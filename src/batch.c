@@ -550,6 +550,7 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 		return true;
 
 	connect_deadline.ms = redislock_connect_timeout;
+	connect_deadline.lock_timeout = false;
 	connect_deadline.at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  redislock_connect_timeout);
 	if (deadline.at < connect_deadline.at)
@@ -592,6 +593,12 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 		case RUN_NOT_CONNECTED:
 			break;
 		case RUN_TIMED_OUT:
+			if (deadline.lock_timeout)
+				ereport(elevel,
+						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+						 errmsg("canceling statement due to lock timeout"),
+						 errdetail("Redis server at %s did not answer within lock_timeout (%d ms); the outcome of the acquire is unknown.",
+								   endpoint, deadline.ms)));
 			ereport(elevel,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("Redis server at %s did not answer within %d ms",
@@ -822,7 +829,9 @@ rerun_noscript_calls(NodeRun *runs, int nruns, RedisDeadline deadline,
  * loaded), within the deadline.  Error replies are left for the caller to
  * interpret.  Failures to reach a node are reported at elevel; when elevel
  * is below ERROR the run goes on with the other nodes and returns false,
- * and the calls that got no reply have reply_type 0.
+ * and the calls that got no reply have reply_type 0.  A run for a SQL
+ * function (elevel ERROR) closes the transaction end in progress, if any:
+ * the next end gets a deadline of its own.
  */
 bool
 redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
@@ -835,6 +844,8 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 
 	if (ncalls == 0)
 		return true;
+	if (elevel >= ERROR)
+		current_end.active = false;
 	for (i = 0; i < ncalls; i++)
 		calls[i].reply_type = 0;
 
@@ -864,18 +875,14 @@ redis_command_deadline(void)
 	deadline.ms = redislock_command_timeout;
 	deadline.at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											  redislock_command_timeout);
+	deadline.lock_timeout = false;
 	return deadline;
 }
 
-/*
- * Run calls for a SQL function: any failure is an ERROR.  This also closes
- * the transaction end in progress, if any: the next end gets a deadline of
- * its own.
- */
+/* Run calls for a SQL function: any failure is an ERROR */
 void
 redis_run(RedisCall *calls, int ncalls)
 {
-	current_end.active = false;
 	(void) redis_run_until(calls, ncalls, redis_command_deadline(), ERROR);
 }
 
@@ -897,6 +904,7 @@ redis_end_deadline(void)
 		current_end.id++;
 		current_end.statement_start = statement_start;
 		current_end.deadline.ms = ms;
+		current_end.deadline.lock_timeout = false;
 		current_end.deadline.at =
 			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
 	}

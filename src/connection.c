@@ -174,27 +174,6 @@ set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
 	MemoryContextSwitchTo(oldcxt);
 }
 
-static bool
-same_string(const char *a, const char *b)
-{
-	if (a == NULL || b == NULL)
-		return a == b;
-	return strcmp(a, b) == 0;
-}
-
-/* Would a connection made with b's options reach the same place as a's? */
-static bool
-same_options(const RedisConn *a, const RedisConn *b)
-{
-	return same_string(a->node.host, b->node.host) &&
-		a->node.port == b->node.port &&
-		same_string(a->node.unix_socket, b->node.unix_socket) &&
-		a->database == b->database &&
-		same_string(a->key_prefix, b->key_prefix) &&
-		same_string(a->username, b->username) &&
-		same_string(a->password, b->password);
-}
-
 static RedisConn *
 new_connection(Oid serverid, Oid userid)
 {
@@ -276,10 +255,11 @@ connection_from_catalog(Oid serverid, Oid userid)
 }
 
 /*
- * The entry to use instead of conn (NULL, or with options that may have
- * changed): conn itself when the catalog's options are the same, else a
- * new entry.  An entry still pinned by held locks is retired rather than
- * changed, so that its locks are released where they were taken.
+ * A new entry, with the catalog's current options, to use instead of conn
+ * (NULL, or one whose server or user mapping changed).  An old entry still
+ * pinned by held locks is retired rather than changed, so that its locks
+ * are released where they were taken; its connection is closed once they
+ * are.
  */
 static RedisConn *
 refreshed_connection(RedisConn *conn, Oid serverid, Oid userid)
@@ -288,12 +268,6 @@ refreshed_connection(RedisConn *conn, Oid serverid, Oid userid)
 
 	if (conn == NULL)
 		return fresh;
-	if (same_options(conn, fresh))
-	{
-		free_connection(fresh);
-		conn->invalidated = false;
-		return conn;
-	}
 	if (conn->pins > 0)
 		conn->retired = true;
 	else

@@ -344,9 +344,33 @@ script_result(const RedisCall *call, const char *key)
 	return call->integer;
 }
 
+/*
+ * The deadline of one attempt at taking a lock: command_timeout, or the
+ * end of lock_timeout (counted from the start of the wait) when that comes
+ * first and wait_ms does not end the wait before it.
+ */
+static RedisDeadline
+attempt_deadline(TimestampTz start, int wait_ms)
+{
+	RedisDeadline deadline = redis_command_deadline();
+
+	if (LockTimeout > 0 && (wait_ms < 0 || LockTimeout < wait_ms))
+	{
+		TimestampTz lock_end = TimestampTzPlusMilliseconds(start, LockTimeout);
+
+		if (lock_end < deadline.at)
+		{
+			deadline.at = lock_end;
+			deadline.ms = LockTimeout;
+			deadline.lock_timeout = true;
+		}
+	}
+	return deadline;
+}
+
 /* One attempt at taking the lock in Redis: true when taken */
 static bool
-try_acquire(HeldLock *lock, int ttl_ms)
+try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 {
 	RedisCall	call;
 
@@ -356,7 +380,7 @@ try_acquire(HeldLock *lock, int ttl_ms)
 	redis_call_int_arg(&call, ttl_ms);
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
-	redis_run(&call, 1);
+	redis_run_until(&call, 1, deadline, ERROR);
 	if (call.reply_type != REDIS_REPLY_INTEGER || call.integer == 0)
 	{
 		/* known outcome: not taken (an error reply means the SET failed) */
@@ -427,7 +451,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	int			delay_ms = WAIT_MIN_DELAY_MS;
 
 	redis_connect(lock->conn);
-	while (!try_acquire(lock, ttl_ms))
+	while (!try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
 	{
 		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
 			return false;

@@ -151,11 +151,15 @@ typedef struct RedisCall
 extern void resp_append_call(StringInfo buf, const RedisCall *call);
 extern void resp_append_script_load(StringInfo buf, const RedisScript *script);
 
-/* An absolute deadline, and the bound it came from for messages */
+/*
+ * An absolute deadline, the bound it came from for messages, and whether
+ * that bound is lock_timeout (a timeout is then a lock timeout)
+ */
 typedef struct RedisDeadline
 {
 	TimestampTz at;
 	int			ms;
+	bool		lock_timeout;
 } RedisDeadline;
 
 extern void redis_call_init(RedisCall *call, RedisConn *conn,

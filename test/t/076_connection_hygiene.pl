@@ -24,13 +24,14 @@ session_query($s, '\set VERBOSITY verbose');
 my ($out, $err);
 
 # --- a 64 MB key: the command buffer shrinks back.  A function catches
-# errors, so that no message repeats the key 64 MB long.
+# errors, so that no message repeats the key 64 MB long; the key's length is
+# a parameter, so that no cached plan keeps the key as a constant.
 $node->safe_psql(
 	'postgres', q{
-	CREATE FUNCTION big_lock(release boolean) RETURNS text
+	CREATE FUNCTION big_lock(release boolean, len integer) RETURNS text
 	LANGUAGE plpgsql AS $$
 	DECLARE
-		k text := repeat('x', 64 * 1024 * 1024);
+		k text := repeat('x', len);
 	BEGIN
 		IF release THEN
 			RETURN redis_lock_release(k)::text;
@@ -43,9 +44,9 @@ $node->safe_psql(
 session_query($s,
 	'SET client_min_messages = error; SET log_min_messages = error; '
 	  . 'SET redislock.command_timeout = 20000');
-($out) = session_query($s, 'SELECT big_lock(false)');
+($out) = session_query($s, 'SELECT big_lock(false, 64 * 1024 * 1024)');
 is($out, 'true', 'a session lock on a 64 MB key is taken');
-($out) = session_query($s, 'SELECT big_lock(true)');
+($out) = session_query($s, 'SELECT big_lock(true, 64 * 1024 * 1024)');
 is($out, 'true', 'and released');
 session_query($s,
 	'RESET client_min_messages; RESET log_min_messages; RESET redislock.command_timeout');
