@@ -47,7 +47,7 @@ use PostgreSQL::Test::Utils;
 use Time::HiRes qw(gettimeofday tv_interval usleep);
 
 our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
-  wait_until backend_gone);
+  wait_until backend_gone key_slot);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -289,20 +289,58 @@ sub client_count
 
 =pod
 
-=item RedisLockTest->new_node($name, $redis)
+=item $redis->keys($pattern)
+
+The keys of database 0 that match the glob C<$pattern> (every key when it
+is omitted), sorted, as C<redis-cli --scan> lists them.
+
+=cut
+
+sub keys
+{
+	my ($self, $pattern) = @_;
+	my @match = defined $pattern ? ('--pattern', $pattern) : ();
+	return sort grep { length } split /\n/, $self->cli('--scan', @match);
+}
+
+=pod
+
+=item $redis->sibling($prefix, $kind, $key)
+
+The key that redislock keeps beside C<$prefix$key> for C<$kind> (C<fence>,
+C<buyers> or C<ops>), C<$prefix{TAG}:$kind:$key> with a decimal TAG, if
+Redis holds one; else undef.
+
+=cut
+
+sub sibling
+{
+	my ($self, $prefix, $kind, $key) = @_;
+	(my $literal = $key) =~ s/([*?\[\]\\])/\\$1/g;
+	my @found = grep { /\A\Q$prefix\E\{[0-9]+\}:\Q$kind\E:\Q$key\E\z/s }
+	  $self->keys("*:$kind:$literal");
+	croak "several $kind siblings of \"$prefix$key\": @found" if @found > 1;
+	return $found[0];
+}
+
+=pod
+
+=item RedisLockTest->new_node($name, $redis, %opts)
 
 Create, initialize and start a PostgreSQL::Test::Cluster node, then in
 database C<postgres> create the extension, point its server C<redislock> at
-C<$redis> and grant USAGE on that server to PUBLIC.  Returns the node.
+C<$redis> and grant USAGE on that server to PUBLIC.  C<conf> may give lines
+for postgresql.conf, added before the first start.  Returns the node.
 
 =cut
 
 sub new_node
 {
-	my ($class, $name, $redis) = @_;
+	my ($class, $name, $redis, %opts) = @_;
 
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init;
+	$node->append_conf('postgresql.conf', $opts{conf}) if defined $opts{conf};
 	$node->start;
 	my $port = $redis->port;
 	$node->safe_psql(
@@ -456,6 +494,31 @@ sub backend_gone
 			(session_query($session,
 				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid"))[0] eq '0';
 		});
+}
+
+=pod
+
+=head2 key_slot($key)
+
+The Redis Cluster hash slot of C<$key>, as the cluster specification
+defines it: CRC16 (XMODEM) of the key's hash tag (what lies between its
+first C<{> and the first C<}> after it, if not empty), else of the whole
+key, modulo 16384.
+
+=cut
+
+sub key_slot
+{
+	my ($key) = @_;
+	my $hashed = ($key =~ /\A[^{]*\{([^}]+)\}/s) ? $1 : $key;
+	my $crc = 0;
+
+	foreach my $byte (unpack 'C*', $hashed)
+	{
+		$crc ^= $byte << 8;
+		$crc = ($crc & 0x8000 ? ($crc << 1) ^ 0x1021 : $crc << 1) & 0xffff for 1 .. 8;
+	}
+	return $crc & 16383;
 }
 
 # Start redis-server in the foreground as our child (so that it is reaped
