@@ -289,18 +289,81 @@ sub client_count
 
 =pod
 
+=item $redis->command(@args)
+
+Send one command over a fresh connection (after C<AUTH> when a password
+was given) and return its reply: a status, integer or string as is, an
+error as its text (C<ERR ...>), nil as undef, an array as a reference to
+the list of its elements.  Much quicker than C<cli>, which starts a
+redis-cli: use it where a test asks Redis many times.
+
+=cut
+
+sub command
+{
+	my ($self, @args) = @_;
+	my $sock = IO::Socket::INET->new(
+		PeerAddr => '127.0.0.1',
+		PeerPort => $self->{port},
+		Proto    => 'tcp',
+		Timeout  => 10) or croak "cannot connect to Redis: $!";
+	my @commands = ([@args]);
+
+	unshift @commands, [ 'AUTH', $self->{password} ] if defined $self->{password};
+	print $sock join('', '*', scalar @$_, "\r\n", map { '$' . length($_) . "\r\n$_\r\n" } @$_)
+	  foreach @commands;
+	my $reply;
+	$reply = _read_reply($sock) foreach @commands;
+	close $sock;
+	return $reply;
+}
+
+# Read one RESP2 reply from $sock.
+sub _read_reply
+{
+	my ($sock) = @_;
+	my $line = $sock->getline // croak 'Redis closed the connection';
+	$line =~ s/\r\n\z//;
+	my ($type, $rest) = (substr($line, 0, 1), substr($line, 1));
+
+	return $rest if $type eq '+' || $type eq '-' || $type eq ':';
+	if ($type eq '$')
+	{
+		return undef if $rest < 0;
+		my $data = '';
+		while (length $data < $rest + 2)
+		{
+			$sock->read($data, $rest + 2 - length $data, length $data)
+			  or croak 'Redis closed the connection';
+		}
+		return substr($data, 0, $rest);
+	}
+	croak "unexpected reply from Redis: $line" unless $type eq '*';
+	return undef if $rest < 0;
+	return [ map { _read_reply($sock) } 1 .. $rest ];
+}
+
+=pod
+
 =item $redis->keys($pattern)
 
 The keys of database 0 that match the glob C<$pattern> (every key when it
-is omitted), sorted, as C<redis-cli --scan> lists them.
+is omitted), sorted, as C<SCAN> lists them.
 
 =cut
 
 sub keys
 {
 	my ($self, $pattern) = @_;
-	my @match = defined $pattern ? ('--pattern', $pattern) : ();
-	return sort grep { length } split /\n/, $self->cli('--scan', @match);
+	my ($cursor, @keys) = (0);
+
+	do
+	{
+		my $page = $self->command('SCAN', $cursor, 'MATCH', $pattern // '*', 'COUNT', 1000);
+		$cursor = $page->[0];
+		push @keys, @{ $page->[1] };
+	} while ($cursor ne '0');
+	return sort @keys;
 }
 
 =pod
