@@ -405,6 +405,22 @@ sub new_node
 	$node->init;
 	$node->append_conf('postgresql.conf', $opts{conf}) if defined $opts{conf};
 	$node->start;
+	$class->setup_node($node, $redis);
+	return $node;
+}
+
+=pod
+
+=item RedisLockTest->setup_node($node, $redis)
+
+In database C<postgres> of a running node, create the extension, point its
+server C<redislock> at C<$redis> and grant USAGE on that server to PUBLIC.
+
+=cut
+
+sub setup_node
+{
+	my ($class, $node, $redis) = @_;
 	my $port = $redis->port;
 	$node->safe_psql(
 		'postgres', qq{
@@ -412,7 +428,7 @@ sub new_node
 		ALTER SERVER redislock OPTIONS (SET port '$port');
 		GRANT USAGE ON FOREIGN SERVER redislock TO PUBLIC;
 	});
-	return $node;
+	return;
 }
 
 =pod
