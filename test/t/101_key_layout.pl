@@ -22,7 +22,9 @@ use RedisLockTest qw(session_query wait_until key_slot);
 my $redis = RedisLockTest->start_redis(
 	args => [
 		'--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
-		'--cluster-node-timeout', '500'
+		'--cluster-node-timeout', '500',
+		# a free bus port, rather than the default port + 10000
+		'--cluster-port', PostgreSQL::Test::Cluster::get_free_port()
 	]);
 $redis->command('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
 ok(defined wait_until(10, sub { $redis->command('CLUSTER', 'INFO') =~ /cluster_state:ok/ }),
