@@ -156,7 +156,8 @@ ensure_connected(void)
 			 hostname, PostPortNumber, MyProcPid, hex);
 }
 
-/* EVALSHA script with its keys and args; returns its integer answer */
+/* EVALSHA script with its keys and args; returns its integer answer,
+ * which the acquire script gives as a string */
 static long long
 evalsha(const RedisScript *script, int nkeys, int nargs,
 		const char **args, const size_t *arglens)
@@ -183,7 +184,11 @@ evalsha(const RedisScript *script, int nkeys, int nargs,
 	}
 
 	reply = command(3 + nargs, argv, argvlen);
-	if (reply->type != REDIS_REPLY_INTEGER)
+	if (reply->type == REDIS_REPLY_STRING)
+		result = strtoll(reply->str, NULL, 10);
+	else if (reply->type == REDIS_REPLY_INTEGER)
+		result = reply->integer;
+	else
 	{
 		int			type = reply->type;
 
@@ -191,7 +196,6 @@ evalsha(const RedisScript *script, int nkeys, int nargs,
 		elog(ERROR, "unexpected reply of type %d to script \"%s\"",
 			 type, script->name);
 	}
-	result = reply->integer;
 	freeReplyObject(reply);
 	return result;
 }

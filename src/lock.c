@@ -381,14 +381,14 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
 	redis_run_until(&call, 1, deadline, ERROR);
-	if (call.reply_type != REDIS_REPLY_INTEGER || call.integer == 0)
+	if (call.reply_type != REDIS_REPLY_STRING)
 	{
-		/* known outcome: not taken (an error reply means the SET failed) */
+		/* known outcome: not taken (an error reply means nothing was set) */
 		lock->in_redis = false;
 		script_result(&call, user_key(lock));
 		return false;
 	}
-	lock->fence = call.integer;
+	lock->fence = pg_strtoint64(call.str);
 	lock->acquired_at = GetCurrentTimestamp();
 	set_lease(lock, ttl_ms);
 	return true;

@@ -21,18 +21,20 @@
  * does) and draw its fencing token in the same step.  A lock that already
  * carries our token is ours: that happens when an earlier command's outcome
  * was unknown.  The token is Redis' clock in microseconds, or one more than
- * the last token when that is larger, and it is kept beside the lock only
- * as long as the lease; successive holders get increasing tokens as long as
- * Redis' clock does not go back by more than a lease.  The token key is
- * checked before anything is written, so that a failing script leaves no
- * lock behind.  Returns the token, or 0 when someone else holds the lock.
+ * the last token when that is not smaller, and it is kept beside the lock
+ * only as long as the lease; successive holders get increasing tokens as
+ * long as Redis' clock does not go back by more than a lease.  Tokens are
+ * compared as digit strings and incremented by INCR, never through Lua's
+ * doubles, so they stay exact.  The token key is checked before anything
+ * is written, so that a failing script leaves no lock behind.  Returns the
+ * token (a string), or 0 when someone else holds the lock.
  * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms.
  */
 RedisScript acquire_script = {
 	"acquire",
 	"local last = redis.call('GET', KEYS[2])\n"
-	"if last and not string.match(last, '^%d+$') then\n"
-	"  return redis.error_reply('NOTINT fencing token key does not hold an integer')\n"
+	"if last and not string.match(last, '^[1-9]%d*$') then\n"
+	"  return redis.error_reply('NOTINT fencing token key does not hold a positive integer')\n"
 	"end\n"
 	"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
 	"  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
@@ -41,11 +43,13 @@ RedisScript acquire_script = {
 	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"end\n"
 	"local now = redis.call('TIME')\n"
-	"local token = tonumber(now[1]) * 1000000 + tonumber(now[2])\n"
-	"if last and tonumber(last) >= token then\n"
-	"  token = tonumber(last) + 1\n"
+	"local token = now[1] .. string.format('%06d', tonumber(now[2]))\n"
+	"if last and (#last > #token or (#last == #token and last >= token)) then\n"
+	"  redis.call('INCR', KEYS[2])\n"
+	"  redis.call('PEXPIRE', KEYS[2], ARGV[2])\n"
+	"  return redis.call('GET', KEYS[2])\n"
 	"end\n"
-	"redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[2])\n"
+	"redis.call('SET', KEYS[2], token, 'PX', ARGV[2])\n"
 	"return token\n"
 };
 

@@ -106,7 +106,9 @@ report_stock_error(const RedisCall *call, const char *key)
 				 errdetail("Key \"%s\" is absent at Redis server %s.",
 						   call->argv[0], call->conn->node.endpoint),
 				 errhint("Create it with redis_stock_set().")));
-	if (redis_reply_is_error(call, "OVERFLOW"))
+	if (redis_reply_is_error(call, "OVERFLOW") ||
+		(call->reply_type == REDIS_REPLY_ERROR &&
+		 strstr(call->str, "would overflow") != NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("Redis stock \"%s\" would overflow", key),

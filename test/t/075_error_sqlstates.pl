@@ -21,7 +21,9 @@ my $cluster = RedisLockTest->start_redis(
 	args => [
 		'--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
 		# so that it serves slots soon after it is given them
-		'--cluster-node-timeout', '500'
+		'--cluster-node-timeout', '500',
+		# a free bus port, rather than the default port + 10000
+		'--cluster-port', PostgreSQL::Test::Cluster::get_free_port()
 	]);
 my $node = RedisLockTest->new_node('sqlstates', $redis);
 my ($port, $cluster_port) = ($redis->port, $cluster->port);

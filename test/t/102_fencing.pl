@@ -81,6 +81,13 @@ my $t6 = token($s2, 'f', 2000);
 is("$t6", "" . ($ahead + 1), 'a last token ahead of the clock is followed by the next integer');
 session_query($s2, "SELECT redis_lock_release('f')");
 
+# Beyond 2^53 a double cannot tell neighbours apart: the token must still
+# be the next integer.
+$redis->command('SET', $fence, '9007199254740993', 'PX', '60000');
+my $t7 = token($s2, 'f', 2000);
+is("$t7", '9007199254740994', 'a last token beyond 2^53 is followed by the next integer, exactly');
+session_query($s2, "SELECT redis_lock_release('f')");
+
 # --- an acquire that fails leaves no lock
 token($s1, 'o', 60000);
 session_query($s1, "SELECT redis_lock_release('o')");
