@@ -290,6 +290,27 @@ report_connect_failure(RedisNode *node, int err, const char *reason,
 }
 
 /*
+ * Make sure the node has a command buffer, and give back one that a large
+ * command made large, so that one big key does not keep its memory for the
+ * rest of the session.  hiredis' reader frees its own large buffer once it
+ * has been consumed.
+ */
+static void
+node_release_buffers(RedisNode *node)
+{
+	MemoryContext oldcxt;
+
+	if (node->out.data != NULL &&
+		(node->out.maxlen <= OUT_BUFFER_KEEP || node->out.len > 0))
+		return;
+	if (node->out.data != NULL)
+		pfree(node->out.data);
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	initStringInfo(&node->out);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
  * Connect the node: a socket, its wait set and a reader.  The handshake
  * (AUTH, SELECT) is the caller's.  Returns false after reporting at
  * elevel.
@@ -462,23 +483,3 @@ node_next_reply(RedisNode *node, redisReply **reply)
 	return true;
 }
 
-/*
- * Make sure the node has a command buffer, and give back one that a large
- * command made large, so that one big key does not keep its memory for the
- * rest of the session.  hiredis' reader frees its own large buffer once it
- * has been consumed.
- */
-void
-node_release_buffers(RedisNode *node)
-{
-	MemoryContext oldcxt;
-
-	if (node->out.data != NULL &&
-		(node->out.maxlen <= OUT_BUFFER_KEEP || node->out.len > 0))
-		return;
-	if (node->out.data != NULL)
-		pfree(node->out.data);
-	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-	initStringInfo(&node->out);
-	MemoryContextSwitchTo(oldcxt);
-}

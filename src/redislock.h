@@ -90,7 +90,6 @@ extern bool node_peer_closed(RedisNode *node);
 extern bool node_flush(RedisNode *node);
 extern bool node_receive(RedisNode *node, bool *closed);
 extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
-extern void node_release_buffers(RedisNode *node);
 extern int	node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline,
 					  int elevel);
 
