@@ -66,13 +66,19 @@ C<< args => ['--requirepass', 'secret'] >>, which then also apply to
 C<restart>.  When a password is given that way, C<password> should name it
 too so that C<cli> and the readiness check can log in.
 
+C<port> chooses the port instead of a free one (the caller makes sure it is
+free).  C<program> runs another binary of Redis than C<redis-server>, e.g.
+C<redis-sentinel>; C<config>, the text of a configuration file, is written
+to the server's directory and passed as the first argument (a Sentinel needs
+one it can rewrite), once: a restart keeps what the server rewrote there.
+
 =cut
 
 sub start_redis
 {
 	my ($class, %opts) = @_;
 
-	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	my $port = $opts{port} // PostgreSQL::Test::Cluster::get_free_port();
 	my $testname = basename($0);
 	$testname =~ s/\.[^.]+$//;
 
@@ -82,8 +88,15 @@ sub start_redis
 		logfile  => "$PostgreSQL::Test::Utils::log_path/${testname}_redis_$port.log",
 		args     => $opts{args} // [],
 		password => $opts{password},
+		program  => $opts{program} // 'redis-server',
 		handle   => undef,
 	}, $class;
+
+	if (defined $opts{config})
+	{
+		$self->{config} = "$self->{dir}/redis.conf";
+		PostgreSQL::Test::Utils::append_to_file($self->{config}, $opts{config});
+	}
 
 	push @all_redis, $self;
 	$self->_launch;
@@ -607,7 +620,8 @@ sub _launch
 {
 	my ($self) = @_;
 	my @cmd = (
-		'redis-server',
+		$self->{program},
+		$self->{config} // (),
 		'--bind'                 => '127.0.0.1',
 		'--port'                 => $self->{port},
 		'--dir'                  => $self->{dir},
@@ -625,11 +639,11 @@ sub _launch
 	while (time() < $deadline)
 	{
 		return if $self->cli('ping') eq 'PONG';
-		croak "redis-server exited at start, see $self->{logfile}"
+		croak "$self->{program} exited at start, see $self->{logfile}"
 		  unless $self->{handle}->pumpable;
 		usleep(100_000);
 	}
-	croak "redis-server on port $self->{port} did not answer PING, see $self->{logfile}";
+	croak "$self->{program} on port $self->{port} did not answer PING, see $self->{logfile}";
 }
 
 # Send SIGNAL to Redis if it runs and wait for it to exit.
