@@ -426,8 +426,8 @@ sub finish_migration
 =item $cluster->settled
 
 Whether every running node says C<cluster_state:ok>, sees every other
-running node as healthy, gives the same masters the same slots, and, if a
-replica, has its link to its master up.
+running node as healthy, agrees with the others on every node's role,
+master and slots, and, if a replica, has its link to its master up.
 
 =cut
 
@@ -450,7 +450,7 @@ sub _settled
 		my @view = $self->_view($port);
 		return 0 if any { $_->{up} && $_->{flags} =~ /fail|handshake|noaddr/ } @view;
 		my $map = join ' ',
-		  map { "$_->{port}:@{$_->{slots}}" } grep { @{ $_->{slots} } } @view;
+		  map { "$_->{port}:$_->{role}:" . ($_->{master_port} // '') . ":@{$_->{slots}}" } @view;
 		$agreed //= $map;
 		return 0 unless $map eq $agreed;
 
