@@ -152,8 +152,8 @@ takes its port.
 =item $topology->start_node($port, %opts)
 
 Start a Redis on C<$port> (one from C<reserve_ports>) with the options of
-RedisLockTest's C<start_redis>; the topology's password, if it has one, is
-used by C<cli>.  Replicas sync from it at once (C<repl-diskless-sync-delay>
+RedisLockTest's C<start_redis>; the topology's password, unless
+C<password> gives another (or undef), is used by C<cli> and C<command>.  Replicas sync from it at once (C<repl-diskless-sync-delay>
 0).  Returns the handle.
 
 =cut
@@ -167,7 +167,8 @@ sub start_node
 		%opts,
 		# A replica's first sync, without this, waits 5 s for others.
 		args => [ '--repl-diskless-sync-delay', 0, @{ $opts{args} // [] } ]);
-	$self->{password_of}{$port} = $opts{password} // $self->{password};
+	$self->{password_of}{$port} =
+	  exists $opts{password} ? $opts{password} : $self->{password};
 	$self->{nodes}{$port} = $node;
 	push @{ $self->{ports} }, $port;
 	return $node;
