@@ -264,8 +264,9 @@ sub cli_key
 
 =item $cluster->kill_master($port), $cluster->kill9($port)
 
-Kill a node (a master, for C<kill_master>) with SIGKILL, noting which slots
-it served for C<wait_for_failover>.
+Kill a node (a master, for C<kill_master>) with SIGKILL.  Like C<stop_node>
+and C<pause_node>, it notes which slots the node served, for
+C<wait_for_failover>.
 
 =cut
 
@@ -277,12 +278,12 @@ sub kill_master
 	return;
 }
 
-sub kill9
+# Note which slots the node on PORT serves, for wait_for_failover.
+sub _going_down
 {
 	my ($self, $port) = @_;
 	my ($node) = grep { $_->{port} == $port } $self->nodes;
 	$self->{lost_slots}{$port} = $node->{slots};
-	$self->SUPER::kill9($port);
 	return;
 }
 
@@ -293,7 +294,7 @@ sub kill9
 Wait until another master serves the slots of the killed (or stopped, or
 paused) master and every running node agrees and says C<cluster_state:ok>.
 Returns the seconds since the master went down (since the call, for a
-master not stopped through this class).
+master not stopped or paused through this class).
 
 =cut
 

@@ -272,6 +272,7 @@ wait until it is gone.  The time is kept for C<seconds_since_down>.
 sub kill9
 {
 	my ($self, $port) = @_;
+	$self->_going_down($port);
 	$self->node($port)->kill9;
 	$self->{down}{$port} = [gettimeofday];
 	return;
@@ -280,8 +281,37 @@ sub kill9
 sub stop_node
 {
 	my ($self, $port) = @_;
+	$self->_going_down($port);
 	$self->node($port)->stop;
 	$self->{down}{$port} = [gettimeofday];
+	return;
+}
+
+=pod
+
+=item $topology->pause_node($port), $topology->resume_node($port)
+
+Stop a node with SIGSTOP, so that it holds its connections but answers
+nothing, and let it go on with SIGCONT.  While paused it counts as down
+(C<is_up>, C<seconds_since_down>), so that waiting for a failover does not
+wait for it to answer.
+
+=cut
+
+sub pause_node
+{
+	my ($self, $port) = @_;
+	$self->_going_down($port);
+	$self->node($port)->pause;
+	$self->{down}{$port} = [gettimeofday];
+	return;
+}
+
+sub resume_node
+{
+	my ($self, $port) = @_;
+	$self->node($port)->resume;
+	delete $self->{down}{$port};
 	return;
 }
 
@@ -307,7 +337,8 @@ sub start_again
 
 =item $topology->is_up($port)
 
-Whether the node runs (it was not killed or stopped since it last started).
+Whether the node runs (it was not killed, stopped or paused since it last
+started or resumed).
 
 =cut
 
@@ -376,6 +407,13 @@ sub auth_options
 		}
 	}
 	return ($password, @args);
+}
+
+# Called before a node is killed, stopped or paused, for subclasses to note
+# what they need of it.
+sub _going_down
+{
+	return;
 }
 
 # Read one RESP reply from SOCK; an error reply is a RedisTopology::Error

@@ -1,6 +1,7 @@
 # Checks RedisCluster: a 3 x 2 cluster with a password starts and serves
 # every slot, keys are routed and redirected, a slot migrates (and shows ASK
-# half way), and a killed master's replica takes over with the data.
+# half way), and a killed or paused master's replica takes over with the
+# data.
 use strict;
 use warnings;
 
@@ -96,6 +97,18 @@ $cluster->restart_node($victim);
 my ($old) = grep { $_->{port} == $victim } $cluster->nodes;
 is($old->{role}, 'replica', 'the old master rejoined as a replica');
 is($old->{master_port}, $replica, 'of the promoted one');
+
+# A master paused (SIGSTOP) is failed over too, and rejoins as a replica.
+$victim = $cluster->master_for_key('{pa}');
+($replica) = $cluster->replicas_of($victim);
+$cluster->pause_node($victim);
+$secs = $cluster->wait_for_failover($victim);
+ok(1, sprintf('failover after a paused master took %.1f s', $secs));
+is($cluster->master_for_key('{pa}'), $replica, 'its replica serves the slot');
+$cluster->resume_node($victim);
+$cluster->wait_until_settled;
+($old) = grep { $_->{port} == $victim } $cluster->nodes;
+is($old->{role}, 'replica', 'the paused master, resumed, is a replica');
 diag sprintf 'whole test took %d s', time - $t0;
 
 done_testing();
