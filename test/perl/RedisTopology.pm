@@ -272,18 +272,14 @@ wait until it is gone.  The time is kept for C<seconds_since_down>.
 sub kill9
 {
 	my ($self, $port) = @_;
-	$self->_going_down($port);
-	$self->node($port)->kill9;
-	$self->{down}{$port} = [gettimeofday];
+	$self->_take_down($port, 'kill9');
 	return;
 }
 
 sub stop_node
 {
 	my ($self, $port) = @_;
-	$self->_going_down($port);
-	$self->node($port)->stop;
-	$self->{down}{$port} = [gettimeofday];
+	$self->_take_down($port, 'stop');
 	return;
 }
 
@@ -301,9 +297,7 @@ wait for it to answer.
 sub pause_node
 {
 	my ($self, $port) = @_;
-	$self->_going_down($port);
-	$self->node($port)->pause;
-	$self->{down}{$port} = [gettimeofday];
+	$self->_take_down($port, 'pause');
 	return;
 }
 
@@ -407,6 +401,17 @@ sub auth_options
 		}
 	}
 	return ($password, @args);
+}
+
+# Kill, stop or pause (METHOD of RedisLockTest) the node on PORT, and note
+# when it went down.
+sub _take_down
+{
+	my ($self, $port, $method) = @_;
+	$self->_going_down($port);
+	$self->node($port)->$method;
+	$self->{down}{$port} = [gettimeofday];
+	return;
 }
 
 # Called before a node is killed, stopped or paused, for subclasses to note
