@@ -208,7 +208,9 @@ sub role
 Ask a Sentinel for a failover (C<SENTINEL FAILOVER>, again while it answers
 that one is in progress or that no replica is fit yet), and wait until
 every running Sentinel gives another master and that one says C<ROLE>
-master.  Returns the seconds it took.
+master.  Returns the seconds it took.  The old master is still a writable
+master then, and stays one until a Sentinel's next C<INFO> of it finds it
+out of date (about 10 s here): C<role> tells when it is a replica.
 
 =cut
 
