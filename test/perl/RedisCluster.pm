@@ -42,6 +42,7 @@ use parent 'RedisTopology';
 use Carp;
 use IPC::Run;
 use List::Util qw(any first);
+use RedisLockTest qw(key_slot);
 use Time::HiRes qw(gettimeofday tv_interval);
 
 use constant SLOTS => 16384;
@@ -106,7 +107,7 @@ server's C<cluster> option.
 sub seeds
 {
 	my ($self) = @_;
-	return RedisTopology::endpoint_list($self->all_ports);
+	return $self->endpoints;
 }
 
 =pod
@@ -168,30 +169,9 @@ sub keyslot
 {
 	my ($self, $key) = @_;
 	my $port = first { $self->is_up($_) } $self->all_ports;
-	return $self->command($port, 'CLUSTER', 'KEYSLOT', $key);
-}
-
-=pod
-
-=item RedisCluster::slot_of($key)
-
-The hash slot of a key computed here, without asking Redis: CRC16 (XMODEM)
-of the key, or of its hash tag, modulo 16384.  For finding many keys of a
-given master quickly; the self-test checks it against C<keyslot>.
-
-=cut
-
-sub slot_of
-{
-	my ($key) = @_;
-	$key = $1 if $key =~ /^[^{]*\{([^}]+)\}/s;
-	my $crc = 0;
-	foreach my $byte (unpack 'C*', $key)
-	{
-		$crc ^= $byte << 8;
-		$crc = ($crc & 0x8000 ? ($crc << 1) ^ 0x1021 : $crc << 1) & 0xffff for 1 .. 8;
-	}
-	return $crc % SLOTS;
+	my $slot = $self->command($port, 'CLUSTER', 'KEYSLOT', $key);
+	croak "CLUSTER KEYSLOT on port $port: $slot" unless $slot =~ /^\d+$/;
+	return $slot;
 }
 
 =pod
@@ -228,8 +208,8 @@ sub slot_owner
 
 =item $cluster->key_for_master($port, $prefix)
 
-The first of C<$prefix . 0>, C<$prefix . 1>, ... whose slot the master on
-C<$port> serves.
+The first of C<$prefix . 0>, C<$prefix . 1>, ... whose slot (computed here
+by RedisLockTest's C<key_slot>) the master on C<$port> serves.
 
 =cut
 
@@ -240,7 +220,7 @@ sub key_for_master
 	croak "no master on port $port" unless $master && @{ $master->{slots} };
 	for my $n (0 .. 100_000)
 	{
-		return "$prefix$n" if _serves($master, slot_of("$prefix$n"));
+		return "$prefix$n" if _serves($master, key_slot("$prefix$n"));
 	}
 	croak "no key with prefix $prefix on port $port";
 }
@@ -391,11 +371,11 @@ sub migrate_keys
 	{
 		my $batch = defined $count ? $count - $moved : MIGRATE_BATCH;
 		$batch = MIGRATE_BATCH if $batch > MIGRATE_BATCH;
-		my $keys = $self->command($from, 'CLUSTER', 'GETKEYSINSLOT', $slot, $batch);
-		last unless @$keys;
-		$self->command($from, 'MIGRATE', '127.0.0.1', $to, '', 0, 5000,
-			@auth, 'KEYS', @$keys);
-		$moved += @$keys;
+		my @keys = $self->command_list($from, 'CLUSTER', 'GETKEYSINSLOT', $slot, $batch);
+		last unless @keys;
+		$self->command_ok($from, 'MIGRATE', '127.0.0.1', $to, '', 0, 5000,
+			@auth, 'KEYS', @keys);
+		$moved += @keys;
 	}
 	return $moved;
 }
@@ -538,14 +518,16 @@ sub _first_slot
 sub _id
 {
 	my ($self, $port) = @_;
-	return $self->command($port, 'CLUSTER', 'MYID');
+	my $id = $self->command($port, 'CLUSTER', 'MYID');
+	croak "CLUSTER MYID on port $port: $id" unless $id =~ /^[0-9a-f]{40}$/;
+	return $id;
 }
 
 # CLUSTER SETSLOT SLOT ARGS on the node on PORT.
 sub _setslot
 {
 	my ($self, $port, $slot, @args) = @_;
-	$self->command($port, 'CLUSTER', 'SETSLOT', $slot, @args);
+	$self->command_ok($port, 'CLUSTER', 'SETSLOT', $slot, @args);
 	return;
 }
 

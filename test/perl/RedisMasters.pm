@@ -62,15 +62,9 @@ sub start_masters
 =item $masters->endpoints
 
 The masters as C<"127.0.0.1:PORT, 127.0.0.1:PORT, ...">, the form of a
-server's C<redlock> option.
+server's C<redlock> option (RedisTopology's C<endpoints>).
 
 =cut
-
-sub endpoints
-{
-	my ($self) = @_;
-	return RedisTopology::endpoint_list($self->all_ports);
-}
 
 =pod
 

@@ -198,7 +198,7 @@ What a data node says it is (C<ROLE>): C<master> or C<slave>.
 sub role
 {
 	my ($self, $port) = @_;
-	return $self->command($port, 'ROLE')->[0];
+	return ($self->command_list($port, 'ROLE'))[0];
 }
 
 =pod
@@ -224,9 +224,9 @@ sub failover
 	RedisTopology::wait_for(
 		'a Sentinel to start a failover',
 		sub {
-			return 1
-			  if eval { $self->command($sentinel, 'SENTINEL', 'FAILOVER', $self->{master_name}) };
-			croak $@ unless $@ =~ /INPROG|NOGOODSLAVE/;
+			my $reply = $self->command($sentinel, 'SENTINEL', 'FAILOVER', $self->{master_name});
+			return 1 if $reply eq 'OK';
+			croak "SENTINEL FAILOVER: $reply" unless $reply =~ /^(INPROG|NOGOODSLAVE)/;
 			return 0;
 		});
 	$self->_wait_for_master_other_than($old);
@@ -337,7 +337,7 @@ sub start_replicas
 sub _attach
 {
 	my ($self, $master, @ports) = @_;
-	$self->command($_, 'REPLICAOF', '127.0.0.1', $master) foreach @ports;
+	$self->command_ok($_, 'REPLICAOF', '127.0.0.1', $master) foreach @ports;
 	$self->_wait_for_replicas($master, @ports);
 	return;
 }
@@ -384,8 +384,8 @@ sub _wait_for_master_other_than
 sub _master_by
 {
 	my ($self, $port) = @_;
-	return $self->command($port, 'SENTINEL', 'get-master-addr-by-name',
-		$self->{master_name})->[1];
+	return ($self->command_list($port, 'SENTINEL', 'get-master-addr-by-name',
+			$self->{master_name}))[1];
 }
 
 # What the Sentinel on PORT knows of the master (SENTINEL MASTER), as a hash
@@ -393,7 +393,7 @@ sub _master_by
 sub _sentinel_view
 {
 	my ($self, $port) = @_;
-	return { @{ $self->command($port, 'SENTINEL', 'MASTER', $self->{master_name}) } };
+	return { $self->command_list($port, 'SENTINEL', 'MASTER', $self->{master_name}) };
 }
 
 # The replication section of the data node on PORT's INFO, as a hash

@@ -41,7 +41,6 @@ use warnings;
 
 use Carp;
 use IO::Socket::INET;
-use Socket qw(SOL_SOCKET SO_RCVTIMEO);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedisLockTest qw(wait_until);
@@ -167,8 +166,6 @@ sub start_node
 		%opts,
 		# A replica's first sync, without this, waits 5 s for others.
 		args => [ '--repl-diskless-sync-delay', 0, @{ $opts{args} // [] } ]);
-	$self->{password_of}{$port} =
-	  exists $opts{password} ? $opts{password} : $self->{password};
 	$self->{nodes}{$port} = $node;
 	push @{ $self->{ports} }, $port;
 	return $node;
@@ -178,42 +175,48 @@ sub start_node
 
 =item $topology->command($port, @args)
 
-Send one command to a node over a connection of its own (logged in with the
-node's password) and return the reply: a string, an integer, undef for
-nil, or an array reference.  Dies on an error reply, or when the node does
-not answer within 5 seconds.  Far cheaper than C<cli>, which starts a
-redis-cli.
+RedisLockTest's C<command> on a node: one command over a connection of its
+own, far cheaper than C<cli>.  An error comes back as its text.
 
 =cut
 
 sub command
 {
 	my ($self, $port, @args) = @_;
-	my $sock = IO::Socket::INET->new(
-		PeerAddr => '127.0.0.1',
-		PeerPort => $port,
-		Proto    => 'tcp',
-		Timeout  => 5) or croak "cannot connect to port $port: $!";
-	setsockopt($sock, SOL_SOCKET, SO_RCVTIMEO, pack('l!l!', 5, 0));
+	return $self->node($port)->command(@args);
+}
 
-	my $password = $self->{password_of}{$port};
-	my @commands = ((defined $password ? ([ 'AUTH', $password ]) : ()), \@args);
-	print $sock map {
-		my $cmd = $_;
-		join '', "*${\scalar @$cmd}\r\n", map {
-			my $arg = $_;
-			utf8::encode($arg) if utf8::is_utf8($arg);
-			"\$${\length $arg}\r\n$arg\r\n";
-		} @$cmd;
-	} @commands;
+=pod
 
-	my @replies = map { _read_reply($sock, $port) } @commands;
-	close $sock;
-	foreach my $reply (@replies)
-	{
-		croak "port $port: $$reply" if ref $reply eq 'RedisTopology::Error';
-	}
-	return $replies[-1];
+=item $topology->command_ok($port, @args)
+
+C<command>, dying unless the reply is C<OK> (or starts with it, as
+C<REPLICAOF>'s C<OK Already connected...>).
+
+=cut
+
+sub command_ok
+{
+	my ($self, $port, @args) = @_;
+	my $reply = $self->command($port, @args) // 'nil';
+	croak "@args on port $port: $reply" unless $reply =~ /^OK\b/;
+	return;
+}
+
+=pod
+
+=item $topology->command_list($port, @args)
+
+C<command>, dying unless the reply is an array; returns its elements.
+
+=cut
+
+sub command_list
+{
+	my ($self, $port, @args) = @_;
+	my $reply = $self->command($port, @args);
+	croak "@args on port $port: " . ($reply // 'nil') unless ref $reply eq 'ARRAY';
+	return @$reply;
 }
 
 =pod
@@ -243,6 +246,20 @@ sub all_ports
 {
 	my ($self) = @_;
 	return @{ $self->{ports} };
+}
+
+=pod
+
+=item $topology->endpoints
+
+Every node as C<"127.0.0.1:PORT, 127.0.0.1:PORT, ...">.
+
+=cut
+
+sub endpoints
+{
+	my ($self) = @_;
+	return endpoint_list($self->all_ports);
 }
 
 =pod
@@ -419,31 +436,6 @@ sub _take_down
 sub _going_down
 {
 	return;
-}
-
-# Read one RESP reply from SOCK; an error reply is a RedisTopology::Error
-# (a reference to its message).
-sub _read_reply
-{
-	my ($sock, $port) = @_;
-	local $/ = "\r\n";
-	my $line = <$sock>;
-	croak "port $port did not answer" unless defined $line;
-	chomp $line;
-	my ($type, $rest) = (substr($line, 0, 1), substr($line, 1));
-
-	return $rest if $type eq '+' || $type eq ':';
-	return bless \$rest, 'RedisTopology::Error' if $type eq '-';
-	return undef if $rest < 0;
-	return [ map { _read_reply($sock, $port) } 1 .. $rest ] if $type eq '*';
-	croak "port $port sent an unexpected reply: $line" unless $type eq '$';
-	my $data = '';
-	while (length $data < $rest + 2)
-	{
-		read($sock, $data, $rest + 2 - length $data, length $data)
-		  or croak "port $port did not answer";
-	}
-	return substr($data, 0, $rest);
 }
 
 # A listening socket on 127.0.0.1:PORT, or undef if the port is taken.

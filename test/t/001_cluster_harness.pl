@@ -9,6 +9,7 @@ use List::Util qw(sum);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RedisCluster;
+use RedisLockTest qw(key_slot);
 
 my $t0 = time;
 my $cluster = RedisCluster->start_cluster(
@@ -37,9 +38,9 @@ like((run_command([ 'redis-cli', '-p', $ports[0], 'PING' ]))[0],
 # Slots and routing
 is($cluster->keyslot('foo'), 12182, 'keyslot asks the cluster');
 is($cluster->keyslot('{user1}.a'), $cluster->keyslot('{user1}.b'), 'hash tags share a slot');
-is( join(',', map { RedisCluster::slot_of($_) } 'foo', '{user1}.a', 'a{}b', '{}x{y}', 'x{y'),
+is( join(',', map { key_slot($_) } 'foo', '{user1}.a', 'a{}b', '{}x{y}', 'x{y'),
 	join(',', map { $cluster->keyslot($_) } 'foo', '{user1}.a', 'a{}b', '{}x{y}', 'x{y'),
-	'slot_of agrees with CLUSTER KEYSLOT');
+	'RedisLockTest::key_slot agrees with CLUSTER KEYSLOT');
 
 my %key_of = map { $_ => $cluster->key_for_master($_, 'k') } @masters;
 is($cluster->master_for_key($key_of{$_}), $_, "key $key_of{$_} belongs to port $_")
