@@ -38,9 +38,6 @@
 /* Bytes read from a socket at a time */
 #define RECEIVE_CHUNK		(16 * 1024)
 
-/* Positions of the events in a node's own wait set */
-#define WAITSET_SOCKET_POS	2
-
 static long
 ms_until(TimestampTz deadline)
 {
@@ -89,7 +86,8 @@ node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline, int elevel)
 			wanted |= WL_SOCKET_WRITEABLE;
 		if (wanted != node->waitset_events)
 		{
-			ModifyWaitEvent(node->waitset, WAITSET_SOCKET_POS, wanted, NULL);
+			ModifyWaitEvent(node->waitset, node->waitset_socket_pos, wanted,
+							NULL);
 			node->waitset_events = wanted;
 		}
 		set = node->waitset;
@@ -349,7 +347,9 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 	AddWaitEventToSet(node->waitset, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
 					  NULL, NULL);
 	node->waitset_events = WL_SOCKET_READABLE;
-	AddWaitEventToSet(node->waitset, node->waitset_events, sock, NULL, NULL);
+	node->waitset_socket_pos = AddWaitEventToSet(node->waitset,
+												 node->waitset_events, sock,
+												 NULL, NULL);
 	node->awaiting = 0;
 	node->deferred = 0;
 	node->out_sent = 0;

@@ -74,6 +74,7 @@ typedef struct RedisNode
 	struct redisReader *reader;
 	WaitEventSet *waitset;		/* latch, postmaster death, sock */
 	uint32		waitset_events; /* socket events registered in waitset */
+	int			waitset_socket_pos; /* their position there */
 	StringInfoData out;			/* encoded commands not written yet */
 	int			out_sent;		/* bytes of out already written */
 	int			awaiting;		/* replies sent for and not read */
