@@ -597,8 +597,9 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 				ereport(elevel,
 						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 						 errmsg("canceling statement due to lock timeout"),
-						 errdetail("Redis server at %s did not answer within lock_timeout (%d ms); the outcome of the acquire is unknown.",
-								   endpoint, deadline.ms)));
+						 errdetail("Waited %d ms for Redis lock \"%.*s\" at %s, which did not answer in time; the outcome of the last attempt is unknown.",
+								   deadline.ms, (int) run->calls[0]->argvlen[0],
+								   run->calls[0]->argv[0], endpoint)));
 			ereport(elevel,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("Redis server at %s did not answer within %d ms",
