@@ -295,6 +295,7 @@ static void
 take_replies(NodeRun *run)
 {
 	RedisNode  *node = run->node;
+	int			nreplied = run->nreplied;
 
 	while (!run_done(run))
 	{
@@ -303,10 +304,10 @@ take_replies(NodeRun *run)
 		if (!node_next_reply(node, &reply))
 		{
 			fail_run(run, RUN_PROTOCOL_ERROR, 0);
-			return;
+			break;
 		}
 		if (reply == NULL)
-			return;
+			break;
 		node->awaiting--;
 		if (node->deferred > 0)
 		{
@@ -314,12 +315,13 @@ take_replies(NodeRun *run)
 			freeReplyObject(reply);
 			continue;
 		}
-		node->last_reply = GetCurrentTimestamp();
 		copy_reply(run->calls[run->nreplied], reply);
 		if (is_unavailable_reply(run->calls[run->nreplied]))
 			run->close_after = true;
 		run->nreplied++;
 	}
+	if (run->nreplied > nreplied)
+		node->last_reply = GetCurrentTimestamp();
 }
 
 /* Write what is pending and read what has arrived on a run's node */
