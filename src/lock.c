@@ -73,6 +73,13 @@ typedef struct HeldLock
 static HTAB *held_locks = NULL;
 static MemoryContext locks_cxt = NULL;
 
+/* The Redis node that serves a lock's key now, for messages */
+static const char *
+lock_endpoint(const HeldLock *lock)
+{
+	return redis_key_endpoint(lock->conn, lock->tag.key, lock->tag.keylen);
+}
+
 /*
  * The locks the current transaction took holds on or may have left in
  * Redis.  Transaction and savepoint ends visit these only, so that their
@@ -425,7 +432,7 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("canceling statement due to lock timeout"),
 					 errdetail("Waited %ld ms for Redis lock \"%s\" at %s.",
-							   elapsed, user_key(lock), lock->conn->node.endpoint)));
+							   elapsed, user_key(lock), lock_endpoint(lock))));
 		return false;
 	}
 
@@ -450,7 +457,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	TimestampTz start = GetCurrentTimestamp();
 	int			delay_ms = WAIT_MIN_DELAY_MS;
 
-	redis_connect(lock->conn);
+	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen);
 	while (!try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
 	{
 		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
@@ -476,7 +483,7 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
 				 errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
-						   lock->conn->node.endpoint),
+						   lock_endpoint(lock)),
 				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
 	set_lease(lock, ttl_ms);
 }
@@ -590,7 +597,7 @@ warn_lost(HeldLock *lock)
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
 			 errdetail("The lock at Redis server %s expired or was taken by another client; the key was left alone.",
-					   lock->conn->node.endpoint)));
+					   lock_endpoint(lock))));
 }
 
 /*
@@ -801,7 +808,7 @@ locks_verify_before_commit(void)
 					 errmsg("Redis lock \"%s\" was lost before commit",
 							user_key(lock)),
 					 errdetail("The lock at Redis server %s expired or was taken by another client while the transaction held it.",
-							   lock->conn->node.endpoint),
+							   lock_endpoint(lock)),
 					 errhint("Retry the transaction; a longer ttl_ms may help.")));
 		}
 		set_lease(lock, lock->ttl_ms);

@@ -104,7 +104,7 @@ report_stock_error(const RedisCall *call, const char *key)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("Redis stock \"%s\" does not exist", key),
 				 errdetail("Key \"%s\" is absent at Redis server %s.",
-						   call->argv[0], call->conn->node.endpoint),
+						   call->argv[0], call->node->endpoint),
 				 errhint("Create it with redis_stock_set().")));
 	if (redis_reply_is_error(call, "OVERFLOW") ||
 		(call->reply_type == REDIS_REPLY_ERROR &&
@@ -120,7 +120,7 @@ report_stock_error(const RedisCall *call, const char *key)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" does not hold an integer", key),
 				 errdetail("Key \"%s\" at Redis server %s holds something else.",
-						   call->argv[call->script ? 0 : 1], call->conn->node.endpoint)));
+						   call->argv[call->script ? 0 : 1], call->node->endpoint)));
 	redis_unexpected_reply(call, key, ERROR);
 }
 
@@ -172,7 +172,7 @@ redis_stock_get(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" does not hold an integer", key),
 				 errdetail("Key \"%s\" at Redis server %s holds \"%s\".",
-						   call.argv[1], call.conn->node.endpoint, call.str)));
+						   call.argv[1], call.node->endpoint, call.str)));
 	PG_RETURN_INT64((int64) stock);
 }
 
@@ -395,7 +395,7 @@ giveback_done(RedisCall *call)
 				 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
 						key),
 				 errdetail("Quantity not given back: " INT64_FORMAT "; the decrement's record stays at Redis server %s under operation id \"%s\".",
-						   decrement->qty, decrement->conn->node.endpoint,
+						   decrement->qty, redis_key_endpoint(decrement->conn, decrement->rkey, decrement->rkeylen),
 						   decrement->op_id)));
 	else if (call->reply_type != REDIS_REPLY_INTEGER)
 		redis_unexpected_reply(call, key, WARNING);
