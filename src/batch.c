@@ -133,6 +133,61 @@ redis_call_on_node(RedisCall *call, RedisNode *node)
 	call->node_given = true;
 }
 
+/*
+ * Make wait a WAIT for the replicas that the server's min_replicas option
+ * asks for, run right after the call it follows, on the same node, within
+ * replica_timeout.
+ */
+void
+redis_call_wait_replicas(RedisCall *wait, RedisCall *after)
+{
+	char	   *replicas = psprintf("%d", after->conn->min_replicas);
+	char	   *timeout = psprintf("%d", after->conn->replica_timeout);
+
+	redis_call_init(wait, after->conn, NULL);
+	wait->follows = after;
+	redis_call_arg(wait, "WAIT", 4);
+	redis_call_arg(wait, replicas, strlen(replicas));
+	redis_call_arg(wait, timeout, strlen(timeout));
+}
+
+/* Did enough replicas acknowledge the writes before wait? */
+bool
+redis_replicas_acknowledged(const RedisCall *wait)
+{
+	return wait->reply_type == REDIS_REPLY_INTEGER &&
+		wait->integer >= wait->conn->min_replicas;
+}
+
+/*
+ * Report a write to key that too few replicas acknowledged, and that the
+ * caller has undone (or leaves to the transaction's abort) as undone says.
+ * A server that refuses WAIT (some managed services do) cannot honour
+ * min_replicas at all, which is said as such.
+ */
+void
+redis_report_replicas(const RedisCall *wait, const char *key,
+					  const char *undone)
+{
+	if (wait->reply_type == REDIS_REPLY_ERROR)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("Redis server at %s refused WAIT, which option \"min_replicas\" needs",
+						wait->node->endpoint),
+				 errdetail("Redis answered: %s", wait->str),
+				 errhint("Set min_replicas to 0 for a server without WAIT.")));
+	if (wait->reply_type != REDIS_REPLY_INTEGER)
+		redis_unexpected_reply(wait, key, ERROR);
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("only %lld of %d required replicas of Redis server at %s acknowledged the write of key \"%s\"",
+					wait->integer, wait->conn->min_replicas,
+					wait->node->endpoint, key),
+			 errdetail("The replicas did not answer within replica_timeout (%d ms); %s.",
+					   wait->conn->replica_timeout, undone),
+			 errhint("A lock or decrement that only the master has would be lost if the master failed.")));
+}
+
 /* A new call slot at the end of the batch */
 RedisCall *
 redis_batch_add(RedisBatch *batch)
@@ -958,9 +1013,47 @@ pause_before_retry(RedisDeadline deadline, int elevel)
 }
 
 /*
- * The calls of this round that were not run and can be sent again, moved
- * to the front of pending: rerouted ones, those answered NOSCRIPT (their
- * script is loaded first) and redirected ones.  Returns their number.
+ * Should a call of this round go out again?  Yes when it was not run:
+ * rerouted, answered NOSCRIPT (its script is loaded first), redirected,
+ * READONLY from a master that became a replica, or TRYAGAIN (*tryagain is
+ * set); and when the call it follows goes out again.
+ */
+static bool
+send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
+{
+	call->asking = false;
+	if (call->follows != NULL && call->follows->sent_again)
+	{
+		call->node = NULL;		/* it goes where that call goes */
+		return true;
+	}
+	if (run->failure == RUN_REROUTED)
+		return true;
+	if (is_noscript(call))
+	{
+		call->load_script = true;
+		return true;
+	}
+	if (redis_follow_redirect(call))
+		return true;
+	if (redis_reply_is_error(call, "READONLY") &&
+		call->conn->kind != REDIS_SERVER_SINGLE && !call->node_given)
+	{
+		call->node = NULL;		/* ask again where the master is */
+		return true;
+	}
+	if (redis_reply_is_error(call, "TRYAGAIN"))
+	{
+		*tryagain = true;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * The calls of this round that go out again, in pending.  Returns their
+ * number: 0 when calls answered TRYAGAIN and the deadline leaves no time
+ * for a pause.
  */
 static int
 calls_to_send_again(NodeRun *runs, int nruns, RedisCall **pending,
@@ -977,29 +1070,9 @@ calls_to_send_again(NodeRun *runs, int nruns, RedisCall **pending,
 		{
 			RedisCall  *call = runs[r].wanted[i];
 
-			call->asking = false;
-			if (runs[r].failure == RUN_REROUTED)
+			call->sent_again = send_again(&runs[r], call, &tryagain);
+			if (call->sent_again)
 				pending[npending++] = call;
-			else if (is_noscript(call))
-			{
-				call->load_script = true;
-				pending[npending++] = call;
-			}
-			else if (redis_follow_redirect(call))
-				pending[npending++] = call;
-			else if (redis_reply_is_error(call, "READONLY") &&
-					 call->conn->kind != REDIS_SERVER_SINGLE &&
-					 !call->node_given)
-			{
-				/* a replica now: ask again where the master is */
-				call->node = NULL;
-				pending[npending++] = call;
-			}
-			else if (redis_reply_is_error(call, "TRYAGAIN"))
-			{
-				tryagain = true;
-				pending[npending++] = call;
-			}
 		}
 	}
 	if (tryagain && !pause_before_retry(deadline, elevel))
@@ -1037,6 +1110,7 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 	{
 		calls[i].asking = false;
 		calls[i].load_script = false;
+		calls[i].sent_again = false;
 		pending[i] = &calls[i];
 	}
 

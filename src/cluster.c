@@ -421,7 +421,9 @@ redis_route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline,
 
 		if (call->node != NULL)
 			continue;
-		if (call_key(call, &key, &len))
+		if (call->follows != NULL)
+			call->node = call->follows->node;
+		else if (call_key(call, &key, &len))
 			call->node = node_for_key(call->conn, key, len);
 		else
 			call->node = call->conn->nodes[0];

@@ -375,27 +375,55 @@ attempt_deadline(TimestampTz start, int wait_ms)
 	return deadline;
 }
 
-/* One attempt at taking the lock in Redis: true when taken */
-static bool
-try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
+/*
+ * Delete a lock just taken, and its fencing token, because too few
+ * replicas acknowledged it; then report that.
+ */
+static void
+abandon_lock(HeldLock *lock, const RedisCall *wait)
 {
 	RedisCall	call;
 
-	redis_call_init(&call, lock->conn, &acquire_script);
+	redis_call_init(&call, lock->conn, &abandon_script);
 	add_lock_keys(&call, lock);
 	add_token_arg(&call);
-	redis_call_int_arg(&call, ttl_ms);
+	redis_run(&call, 1);
+	script_result(&call, user_key(lock));
+	lock->in_redis = false;
+	redis_report_replicas(wait, user_key(lock), "the lock was released");
+}
+
+/*
+ * One attempt at taking the lock in Redis: true when taken.  With the
+ * server's min_replicas, the replicas must acknowledge it in the same round
+ * trip, or it is released again and that is an error.
+ */
+static bool
+try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
+{
+	RedisCall	calls[2];
+	RedisCall  *call = &calls[0];
+	int			ncalls = 1;
+
+	redis_call_init(call, lock->conn, &acquire_script);
+	add_lock_keys(call, lock);
+	add_token_arg(call);
+	redis_call_int_arg(call, ttl_ms);
+	if (lock->conn->min_replicas > 0)
+		redis_call_wait_replicas(&calls[ncalls++], call);
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
-	redis_run_until(&call, 1, deadline, ERROR);
-	if (call.reply_type != REDIS_REPLY_STRING)
+	redis_run_until(calls, ncalls, deadline, ERROR);
+	if (call->reply_type != REDIS_REPLY_STRING)
 	{
 		/* known outcome: not taken (an error reply means nothing was set) */
 		lock->in_redis = false;
-		script_result(&call, user_key(lock));
+		script_result(call, user_key(lock));
 		return false;
 	}
-	lock->fence = pg_strtoint64(call.str);
+	if (ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
+		abandon_lock(lock, &calls[1]);
+	lock->fence = pg_strtoint64(call->str);
 	lock->acquired_at = GetCurrentTimestamp();
 	set_lease(lock, ttl_ms);
 	return true;

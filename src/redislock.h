@@ -57,6 +57,7 @@ typedef struct RedisScript
 
 extern RedisScript acquire_script;
 extern RedisScript release_script;
+extern RedisScript abandon_script;
 extern RedisScript extend_script;
 extern RedisScript stock_decr_script;
 extern RedisScript stock_giveback_script;
@@ -176,6 +177,7 @@ typedef struct RedisCall
 	RedisNode  *node;			/* where it runs: set by routing, unless the
 								 * caller chose a node (keyless commands) */
 	bool		node_given;		/* the caller chose node: never rerouted */
+	struct RedisCall *follows;	/* runs right after this one, on its node */
 	bool		asking;			/* ASK redirection: send ASKING before it */
 	const RedisScript *script;	/* NULL: argv is a plain command */
 	int			nkeys;			/* for scripts: argv[0..nkeys-1] are keys */
@@ -190,6 +192,7 @@ typedef struct RedisCall
 								const struct redisReply *reply);
 	bool		helper;			/* batch.c: SCRIPT LOAD or ASKING for a call */
 	bool		load_script;	/* batch.c: was answered NOSCRIPT */
+	bool		sent_again;		/* batch.c: goes out in the next round */
 
 	int			reply_type;		/* REDIS_REPLY_*, or 0 when none arrived */
 	long long	integer;
@@ -218,6 +221,10 @@ extern void redis_call_init(RedisCall *call, RedisConn *conn,
 extern void redis_call_arg(RedisCall *call, const char *arg, size_t len);
 extern void redis_call_int_arg(RedisCall *call, int64 value);
 extern void redis_call_on_node(RedisCall *call, RedisNode *node);
+extern void redis_call_wait_replicas(RedisCall *wait, RedisCall *after);
+extern bool redis_replicas_acknowledged(const RedisCall *wait);
+extern void redis_report_replicas(const RedisCall *wait, const char *key,
+								  const char *undone) pg_attribute_noreturn();
 extern RedisDeadline redis_command_deadline(void);
 extern void redis_connect(RedisConn *conn, const char *key, int keylen);
 extern void redis_run(RedisCall *calls, int ncalls);
