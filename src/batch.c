@@ -94,6 +94,8 @@ static struct
 
 static void report_failure(const NodeRun *run, RedisDeadline deadline,
 						   int elevel);
+static const char *failure_reason(const NodeRun *run, RedisDeadline deadline,
+								  int *sqlstate);
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
@@ -636,7 +638,12 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 
 	if (run.failure != RUN_OK)
 	{
+		int			sqlstate;
+
 		node_disconnect(node);
+		node_set_connect_error(node, psprintf("authentication failed: %s",
+											  failure_reason(&run, deadline,
+															 &sqlstate)));
 		if (run.failure == RUN_TIMED_OUT)
 			ereport(elevel,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
@@ -759,8 +766,8 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
  * Connect to the node that serves key now, raising an ERROR on failure.
  * Callers use it before a command whose failure after sending leaves state
  * to clean up, so that a Redis that cannot even be reached is told apart
- * from an unknown outcome.  A cluster node that cannot be reached makes
- * the slot map be asked for again, once.
+ * from an unknown outcome.  A cluster node or Sentinel-named master that
+ * cannot be reached makes the map or master be asked for again, once.
  */
 void
 redis_connect(RedisConn *conn, const char *key, int keylen)
@@ -779,7 +786,7 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 	redis_route_calls(&pcall, 1, deadline, ERROR, true);
 	run.node = call.node;
 	if (!prepare_node(&run, deadline, ERROR) &&
-		run.failure == RUN_NOT_CONNECTED && conn->kind == REDIS_SERVER_CLUSTER)
+		run.failure == RUN_NOT_CONNECTED && conn->kind != REDIS_SERVER_SINGLE)
 	{
 		redis_conn_lost_node(conn);
 		call.node = NULL;
@@ -1300,7 +1307,8 @@ redis_send_deferred(RedisCall *calls, int ncalls)
 	{
 		RedisNode  *node = pending[i]->node;
 
-		if (!node_is_connected(node) ||
+		/* a Sentinel server whose master is not known yet */
+		if (node->is_sentinel || !node_is_connected(node) ||
 			(current_end.active && node->failed_end == current_end.id))
 			continue;
 		resp_append_call(&node->out, pending[i]);
