@@ -599,7 +599,6 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 	NodeRun		run = {0};
 	int			ncalls = 0;
 	int			i;
-
 	const char *username = node->is_sentinel ? conn->sentinel_username :
 		conn->username;
 	const char *password = node->is_sentinel ? conn->sentinel_password :
@@ -641,7 +640,7 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 		int			sqlstate;
 
 		node_disconnect(node);
-		node_set_connect_error(node, psprintf("authentication failed: %s",
+		node_set_connect_error(node, psprintf("handshake failed: %s",
 											  failure_reason(&run, deadline,
 															 &sqlstate)));
 		if (run.failure == RUN_TIMED_OUT)
