@@ -43,7 +43,10 @@
 /* A connection quiet for this long is checked before use (microseconds) */
 #define IDLE_CHECK_USEC		1000
 
-/* Round trips one set of calls may take, redirections and loads included */
+/*
+ * Round trips one set of calls may take for redirections and script loads;
+ * TRYAGAIN is retried for as long as the deadline allows.
+ */
 #define MAX_ROUNDS			8
 
 /* The pause before calls answered TRYAGAIN are sent again (milliseconds) */
@@ -96,6 +99,7 @@ static void report_failure(const NodeRun *run, RedisDeadline deadline,
 						   int elevel);
 static const char *failure_reason(const NodeRun *run, RedisDeadline deadline,
 								  int *sqlstate);
+static void drop_reply(RedisNode *node, redisReply *reply);
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
@@ -426,13 +430,13 @@ take_replies(NodeRun *run)
 		}
 		if (reply == NULL)
 			break;
-		node->awaiting--;
 		if (node->deferred > 0)
 		{
 			node->deferred--;
-			freeReplyObject(reply);
+			drop_reply(node, reply);
 			continue;
 		}
+		node->awaiting--;
 		copy_reply(run->calls[run->nreplied], reply);
 		if (is_unavailable_reply(run->calls[run->nreplied]))
 			run->close_after = true;
@@ -553,6 +557,7 @@ queue_call(NodeRun *run, RedisCall *call)
 	else
 		resp_append_call(&node->out, call);
 	node->awaiting++;
+	node->sent++;
 	run->calls[run->ncalls++] = call;
 }
 
@@ -708,8 +713,7 @@ drop_arrived_replies(RedisNode *node)
 		}
 		if (reply == NULL)
 			return;
-		node->awaiting--;
-		freeReplyObject(reply);
+		drop_reply(node, reply);
 	}
 }
 
@@ -1147,14 +1151,14 @@ send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 /*
  * The calls of this round that go out again, in pending.  Returns their
  * number: 0 when calls answered TRYAGAIN and the deadline leaves no time
- * for a pause.
+ * for a pause.  *only_tryagain says whether TRYAGAIN was the only reason.
  */
 static int
 calls_to_send_again(NodeRun *runs, int nruns, RedisCall **pending,
-					RedisDeadline deadline, int elevel)
+					RedisDeadline deadline, int elevel, bool *only_tryagain)
 {
 	int			npending = 0;
-	bool		tryagain = false;
+	int			ntryagain = 0;
 	int			r;
 	int			i;
 
@@ -1163,13 +1167,17 @@ calls_to_send_again(NodeRun *runs, int nruns, RedisCall **pending,
 		for (i = 0; i < runs[r].nwanted; i++)
 		{
 			RedisCall  *call = runs[r].wanted[i];
+			bool		tryagain = false;
 
 			call->sent_again = send_again(&runs[r], call, &tryagain);
 			if (call->sent_again)
 				pending[npending++] = call;
+			if (tryagain)
+				ntryagain++;
 		}
 	}
-	if (tryagain && !pause_before_retry(deadline, elevel))
+	*only_tryagain = ntryagain > 0 && ntryagain == npending;
+	if (ntryagain > 0 && !pause_before_retry(deadline, elevel))
 		return 0;
 	return npending;
 }
@@ -1212,6 +1220,7 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 	{
 		NodeRun    *runs;
 		int			nruns;
+		bool		only_tryagain;
 
 		for (i = 0; i < npending; i++)
 			pending[i]->reply_type = 0;
@@ -1225,7 +1234,10 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 			ok = false;
 		if (!report_failed_loads(runs, nruns, elevel))
 			ok = false;
-		npending = calls_to_send_again(runs, nruns, pending, deadline, elevel);
+		npending = calls_to_send_again(runs, nruns, pending, deadline, elevel,
+									   &only_tryagain);
+		if (only_tryagain)
+			round--;			/* waiting out a migration is not a redirection */
 		pfree(runs);
 	}
 	pfree(pending);
@@ -1287,11 +1299,124 @@ redis_end_finish(void)
 }
 
 /*
+ * Clean-up sent after commit to a cluster node, kept until its reply comes:
+ * a slot that moved, or is moving, answers MOVED or ASK, and the clean-up
+ * is then sent where that says.
+ */
+typedef struct RedirectableCall
+{
+	uint64		seq;			/* its number among the node's commands */
+	RedisCall	call;			/* argv copied in the same allocation */
+} RedirectableCall;
+
+/* Keep a copy of call, in TopMemoryContext, as the node's command seq */
+static void
+keep_redirectable(RedisNode *node, const RedisCall *call)
+{
+	Size		size = sizeof(RedirectableCall);
+	RedirectableCall *kept;
+	MemoryContext oldcxt;
+	char	   *strings;
+	int			i;
+
+	for (i = 0; i < call->argc; i++)
+		size += call->argvlen[i];
+	kept = MemoryContextAlloc(TopMemoryContext, size);
+	kept->seq = node->sent - 1;
+	kept->call = *call;
+	strings = (char *) (kept + 1);
+	for (i = 0; i < call->argc; i++)
+	{
+		memcpy(strings, call->argv[i], call->argvlen[i]);
+		kept->call.argv[i] = strings;
+		strings += call->argvlen[i];
+	}
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	node->redirectable = lappend(node->redirectable, kept);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * Send a call whose reply nobody waits for.  False when the node was not
+ * connected, or failed during this end: what the call would clean up is
+ * found again later.
+ */
+static bool
+send_cleanup(RedisCall *call)
+{
+	RedisNode  *node = call->node;
+
+	/* a Sentinel server whose master is not known yet */
+	if (node->is_sentinel || !node_is_connected(node) ||
+		(current_end.active && node->failed_end == current_end.id))
+		return false;
+	if (call->asking)
+	{
+		RedisCall	asking;
+
+		redis_call_init(&asking, call->conn, NULL);
+		redis_call_arg(&asking, "ASKING", 6);
+		resp_append_call(&node->out, &asking);
+		node->awaiting++;
+		node->sent++;
+	}
+	resp_append_call(&node->out, call);
+	node->awaiting++;
+	node->sent++;
+	if (call->conn->kind == REDIS_SERVER_CLUSTER)
+		keep_redirectable(node, call);
+	if (!node_flush(node))
+	{
+		node_disconnect(node);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Drop a reply that nobody waits for.  If it redirects clean-up sent after
+ * commit, the clean-up goes where the redirection says.
+ */
+static void
+drop_reply(RedisNode *node, redisReply *reply)
+{
+	uint64		seq = node->sent - node->awaiting;
+	RedirectableCall *kept = NULL;
+
+	node->awaiting--;
+	while (node->redirectable != NIL)
+	{
+		kept = linitial(node->redirectable);
+		if (kept->seq > seq)
+		{
+			kept = NULL;
+			break;
+		}
+		node->redirectable = list_delete_first(node->redirectable);
+		if (kept->seq == seq)
+			break;
+		pfree(kept);			/* its reply went by unseen */
+		kept = NULL;
+	}
+	if (kept != NULL && reply->type == REDIS_REPLY_ERROR)
+	{
+		kept->call.reply_type = reply->type;
+		kept->call.str = pnstrdup(reply->str, reply->len);
+		kept->call.len = reply->len;
+		if (redis_follow_redirect(&kept->call))
+			(void) send_cleanup(&kept->call);
+	}
+	if (kept != NULL)
+		pfree(kept);
+	freeReplyObject(reply);
+}
+
+/*
  * Send calls whose replies nobody waits for (clean-up after commit): they
  * cost no round trip now, and their replies are dropped when the node is
  * next used.  Calls go where the server's last known map or master says,
- * without asking; nodes that are not connected, or failed during this end,
- * are left alone.  What the calls would clean up is found again later.
+ * without asking; those a cluster redirects are sent again when the
+ * redirection is read.
  */
 void
 redis_send_deferred(RedisCall *calls, int ncalls)
@@ -1303,18 +1428,7 @@ redis_send_deferred(RedisCall *calls, int ncalls)
 	redis_route_calls(pending, npending, redis_command_deadline(), WARNING,
 					  false);
 	for (i = 0; i < npending; i++)
-	{
-		RedisNode  *node = pending[i]->node;
-
-		/* a Sentinel server whose master is not known yet */
-		if (node->is_sentinel || !node_is_connected(node) ||
-			(current_end.active && node->failed_end == current_end.id))
-			continue;
-		resp_append_call(&node->out, pending[i]);
-		node->awaiting++;
-		if (!node_flush(node))
-			node_disconnect(node);
-	}
+		(void) send_cleanup(pending[i]);
 	for (i = 0; i < ncalls; i++)
 		calls[i].quorum = NULL;
 	pfree(pending);

@@ -394,6 +394,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 												 NULL, NULL);
 	node->awaiting = 0;
 	node->deferred = 0;
+	node->sent = 0;
 	node->out_sent = 0;
 	node_release_buffers(node);
 	resetStringInfo(&node->out);
@@ -419,6 +420,8 @@ node_disconnect(RedisNode *node)
 	node->checked = false;
 	node->awaiting = 0;
 	node->deferred = 0;
+	list_free_deep(node->redirectable);
+	node->redirectable = NIL;
 	node->out_sent = 0;
 	if (node->out.data != NULL)
 		resetStringInfo(&node->out);

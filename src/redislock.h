@@ -88,6 +88,9 @@ typedef struct RedisNode
 	StringInfoData out;			/* encoded commands not written yet */
 	int			out_sent;		/* bytes of out already written */
 	int			awaiting;		/* replies sent for and not read */
+	uint64		sent;			/* commands sent since connecting */
+	List	   *redirectable;	/* clean-up sent after commit to a cluster
+								 * node, whose reply may redirect it */
 	int			deferred;		/* leading ones that nobody waits for */
 	uint64		failed_end;		/* id of the transaction end it failed in */
 	bool		checked;		/* known ready: connected, peer not gone */
