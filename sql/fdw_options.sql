@@ -29,6 +29,22 @@ ALTER USER MAPPING FOR PUBLIC SERVER regress_redis
 ALTER SERVER regress_redis OPTIONS (DROP host, ADD unix_socket '/tmp/r.sock');
 SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'regress_redis';
 
+-- a Redis Cluster: seed nodes instead of host, port and unix_socket
+CREATE SERVER regress_cluster FOREIGN DATA WRAPPER redislock
+  OPTIONS (cluster '10.0.0.1:7000, 10.0.0.2:7001,[::1]:7002', database '0');
+ALTER SERVER regress_cluster OPTIONS (SET cluster '10.0.0.1:7000,');
+ALTER SERVER regress_cluster OPTIONS (SET cluster '10.0.0.1');
+ALTER SERVER regress_cluster OPTIONS (SET cluster '10.0.0.1:70000');
+ALTER SERVER regress_cluster OPTIONS (SET cluster '');
+ALTER SERVER regress_cluster OPTIONS (ADD host 'x');
+ALTER SERVER regress_cluster OPTIONS (ADD port '6379');
+ALTER SERVER regress_cluster OPTIONS (SET database '1');
+SELECT endpoint, role, slots, connected
+  FROM redis_server_nodes('regress_cluster');
+SELECT endpoint, role, slots, connected
+  FROM redis_server_nodes('regress_redis');
+DROP SERVER regress_cluster;
+
 -- a server of another wrapper cannot be used
 CREATE FOREIGN DATA WRAPPER regress_other;
 CREATE SERVER regress_other_srv FOREIGN DATA WRAPPER regress_other;

@@ -73,6 +73,13 @@ typedef struct HeldLock
 static HTAB *held_locks = NULL;
 static MemoryContext locks_cxt = NULL;
 
+/* The Redis node that serves a lock's key now, for messages */
+static const char *
+lock_endpoint(const HeldLock *lock)
+{
+	return redis_key_endpoint(lock->conn, lock->tag.key, lock->tag.keylen);
+}
+
 /*
  * The locks the current transaction took holds on or may have left in
  * Redis.  Transaction and savepoint ends visit these only, so that their
@@ -368,27 +375,55 @@ attempt_deadline(TimestampTz start, int wait_ms)
 	return deadline;
 }
 
-/* One attempt at taking the lock in Redis: true when taken */
-static bool
-try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
+/*
+ * Delete a lock just taken, and its fencing token, because too few
+ * replicas acknowledged it; then report that.
+ */
+static void
+abandon_lock(HeldLock *lock, const RedisCall *wait)
 {
 	RedisCall	call;
 
-	redis_call_init(&call, lock->conn, &acquire_script);
+	redis_call_init(&call, lock->conn, &abandon_script);
 	add_lock_keys(&call, lock);
 	add_token_arg(&call);
-	redis_call_int_arg(&call, ttl_ms);
+	redis_run(&call, 1);
+	script_result(&call, user_key(lock));
+	lock->in_redis = false;
+	redis_report_replicas(wait, user_key(lock), "the lock was released");
+}
+
+/*
+ * One attempt at taking the lock in Redis: true when taken.  With the
+ * server's min_replicas, the replicas must acknowledge it in the same round
+ * trip, or it is released again and that is an error.
+ */
+static bool
+try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
+{
+	RedisCall	calls[2];
+	RedisCall  *call = &calls[0];
+	int			ncalls = 1;
+
+	redis_call_init(call, lock->conn, &acquire_script);
+	add_lock_keys(call, lock);
+	add_token_arg(call);
+	redis_call_int_arg(call, ttl_ms);
+	if (lock->conn->min_replicas > 0)
+		redis_call_wait_replicas(&calls[ncalls++], call);
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
-	redis_run_until(&call, 1, deadline, ERROR);
-	if (call.reply_type != REDIS_REPLY_STRING)
+	redis_run_until(calls, ncalls, deadline, ERROR);
+	if (call->reply_type != REDIS_REPLY_STRING)
 	{
 		/* known outcome: not taken (an error reply means nothing was set) */
 		lock->in_redis = false;
-		script_result(&call, user_key(lock));
+		script_result(call, user_key(lock));
 		return false;
 	}
-	lock->fence = pg_strtoint64(call.str);
+	if (ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
+		abandon_lock(lock, &calls[1]);
+	lock->fence = pg_strtoint64(call->str);
 	lock->acquired_at = GetCurrentTimestamp();
 	set_lease(lock, ttl_ms);
 	return true;
@@ -425,7 +460,7 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("canceling statement due to lock timeout"),
 					 errdetail("Waited %ld ms for Redis lock \"%s\" at %s.",
-							   elapsed, user_key(lock), lock->conn->node.endpoint)));
+							   elapsed, user_key(lock), lock_endpoint(lock))));
 		return false;
 	}
 
@@ -450,7 +485,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	TimestampTz start = GetCurrentTimestamp();
 	int			delay_ms = WAIT_MIN_DELAY_MS;
 
-	redis_connect(lock->conn);
+	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen);
 	while (!try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
 	{
 		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
@@ -476,7 +511,7 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
 				 errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
-						   lock->conn->node.endpoint),
+						   lock_endpoint(lock)),
 				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
 	set_lease(lock, ttl_ms);
 }
@@ -590,7 +625,7 @@ warn_lost(HeldLock *lock)
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
 			 errdetail("The lock at Redis server %s expired or was taken by another client; the key was left alone.",
-					   lock->conn->node.endpoint)));
+					   lock_endpoint(lock))));
 }
 
 /*
@@ -801,7 +836,7 @@ locks_verify_before_commit(void)
 					 errmsg("Redis lock \"%s\" was lost before commit",
 							user_key(lock)),
 					 errdetail("The lock at Redis server %s expired or was taken by another client while the transaction held it.",
-							   lock->conn->node.endpoint),
+							   lock_endpoint(lock)),
 					 errhint("Retry the transaction; a longer ttl_ms may help.")));
 		}
 		set_lease(lock, lock->ttl_ms);

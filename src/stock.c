@@ -104,7 +104,7 @@ report_stock_error(const RedisCall *call, const char *key)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("Redis stock \"%s\" does not exist", key),
 				 errdetail("Key \"%s\" is absent at Redis server %s.",
-						   call->argv[0], call->conn->node.endpoint),
+						   call->argv[0], call->node->endpoint),
 				 errhint("Create it with redis_stock_set().")));
 	if (redis_reply_is_error(call, "OVERFLOW") ||
 		(call->reply_type == REDIS_REPLY_ERROR &&
@@ -120,7 +120,7 @@ report_stock_error(const RedisCall *call, const char *key)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" does not hold an integer", key),
 				 errdetail("Key \"%s\" at Redis server %s holds something else.",
-						   call->argv[call->script ? 0 : 1], call->conn->node.endpoint)));
+						   call->argv[call->script ? 0 : 1], call->node->endpoint)));
 	redis_unexpected_reply(call, key, ERROR);
 }
 
@@ -172,7 +172,7 @@ redis_stock_get(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" does not hold an integer", key),
 				 errdetail("Key \"%s\" at Redis server %s holds \"%s\".",
-						   call.argv[1], call.conn->node.endpoint, call.str)));
+						   call.argv[1], call.node->endpoint, call.str)));
 	PG_RETURN_INT64((int64) stock);
 }
 
@@ -346,21 +346,31 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 	int64		qty = validated_qty(fcinfo, 1, false);
 	const char *buyer = validated_buyer(fcinfo, 2);
 	PendingDecrement *decrement = new_decrement(fcinfo, qty, buyer);
-	RedisCall	call;
+	const char *key = decrement->rkey + decrement->prefixlen;
+	RedisCall	calls[2];
+	RedisCall  *call = &calls[0];
+	int			ncalls = 1;
 	int64		remaining;
 
-	prepare_decrement_call(&call, decrement, &stock_decr_script);
-	redis_call_int_arg(&call, qty);
-	redis_call_arg(&call, decrement->op_id, strlen(decrement->op_id));
+	prepare_decrement_call(call, decrement, &stock_decr_script);
+	redis_call_int_arg(call, qty);
+	redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
 	if (buyer != NULL)
-		redis_call_arg(&call, decrement->buyer, strlen(decrement->buyer));
-	redis_run(&call, 1);
+		redis_call_arg(call, decrement->buyer, strlen(decrement->buyer));
+	if (decrement->conn->min_replicas > 0)
+		redis_call_wait_replicas(&calls[ncalls++], call);
+	redis_run(calls, ncalls);
 
 	/* an error reply or a refusal took nothing: there is nothing to undo */
-	if (call.reply_type != REDIS_REPLY_STRING &&
-		!(call.reply_type == REDIS_REPLY_INTEGER && call.integer >= 0))
+	if (call->reply_type != REDIS_REPLY_STRING &&
+		!(call->reply_type == REDIS_REPLY_INTEGER && call->integer >= 0))
 		forget_decrement(decrement);
-	remaining = remaining_stock(&call, decrement->rkey + decrement->prefixlen);
+	remaining = remaining_stock(call, key);
+
+	/* the error's rollback gives the units back, as for any other error */
+	if (remaining >= 0 && ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
+		redis_report_replicas(&calls[1], key,
+							  "the units are given back as the statement rolls back");
 	PG_RETURN_INT64(remaining);
 }
 
@@ -395,7 +405,7 @@ giveback_done(RedisCall *call)
 				 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
 						key),
 				 errdetail("Quantity not given back: " INT64_FORMAT "; the decrement's record stays at Redis server %s under operation id \"%s\".",
-						   decrement->qty, decrement->conn->node.endpoint,
+						   decrement->qty, redis_key_endpoint(decrement->conn, decrement->rkey, decrement->rkeylen),
 						   decrement->op_id)));
 	else if (call->reply_type != REDIS_REPLY_INTEGER)
 		redis_unexpected_reply(call, key, WARNING);
