@@ -57,6 +57,7 @@ typedef enum RunFailure
 	RUN_NOT_CONNECTED,			/* the connect failed */
 	RUN_NOT_ACCEPTED,			/* the handshake failed, reported then */
 	RUN_REROUTED,				/* not connected; its calls go elsewhere */
+	RUN_MOOT,					/* Redlock: decided without its replies */
 	RUN_TIMED_OUT,
 	RUN_GIVEN_UP,				/* termination requested during an end */
 	RUN_IO_ERROR,
@@ -93,6 +94,8 @@ static struct
 
 static void report_failure(const NodeRun *run, RedisDeadline deadline,
 						   int elevel);
+static const char *failure_reason(const NodeRun *run, RedisDeadline deadline,
+								  int *sqlstate);
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
@@ -374,9 +377,30 @@ fail_run(NodeRun *run, RunFailure failure, int saved_errno)
 	run->failure_errno = saved_errno;
 }
 
+/*
+ * Are the calls of a run that have no reply yet all copies of Redlock calls
+ * that are decided already?  The run then waits no longer; the replies
+ * still due are dropped when the node is next used.
+ */
 static bool
-run_done(const NodeRun *run)
+run_is_moot(const NodeRun *run)
 {
+	int			i;
+
+	if (run->node->conn->kind != REDIS_SERVER_REDLOCK)
+		return false;
+	for (i = run->nreplied; i < run->ncalls; i++)
+		if (!run->calls[i]->helper && !redlock_copy_is_moot(run->calls[i]))
+			return false;
+	return true;
+}
+
+static bool
+run_done(NodeRun *run)
+{
+	if (run->failure == RUN_OK && run_is_moot(run) &&
+		run->nreplied < run->ncalls)
+		run->failure = RUN_MOOT;
 	return run->failure != RUN_OK ||
 		(run->nreplied == run->ncalls && run->node->deferred == 0);
 }
@@ -412,6 +436,7 @@ take_replies(NodeRun *run)
 		copy_reply(run->calls[run->nreplied], reply);
 		if (is_unavailable_reply(run->calls[run->nreplied]))
 			run->close_after = true;
+		redlock_note_reply(run->calls[run->nreplied]);
 		run->nreplied++;
 	}
 	if (run->nreplied > nreplied)
@@ -574,7 +599,6 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 	NodeRun		run = {0};
 	int			ncalls = 0;
 	int			i;
-
 	const char *username = node->is_sentinel ? conn->sentinel_username :
 		conn->username;
 	const char *password = node->is_sentinel ? conn->sentinel_password :
@@ -613,7 +637,12 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 
 	if (run.failure != RUN_OK)
 	{
+		int			sqlstate;
+
 		node_disconnect(node);
+		node_set_connect_error(node, psprintf("handshake failed: %s",
+											  failure_reason(&run, deadline,
+															 &sqlstate)));
 		if (run.failure == RUN_TIMED_OUT)
 			ereport(elevel,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
@@ -630,6 +659,9 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 		if (calls[i].reply_type != REDIS_REPLY_ERROR)
 			continue;
 		node_disconnect(node);
+		node_set_connect_error(node, psprintf("refused: %s", calls[i].str));
+		if (&calls[i] == auth)
+			node->connect_sqlstate = ERRCODE_INVALID_PASSWORD;
 		if (&calls[i] == auth)
 			ereport(elevel,
 					(errcode(ERRCODE_INVALID_PASSWORD),
@@ -718,7 +750,9 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 		fail_run(run, RUN_NOT_CONNECTED, 0);
 		return false;
 	}
-	if (!handshake(node, connect_deadline, elevel))
+	/* a Redlock master's refusal counts toward the quorum's, reported there */
+	if (!handshake(node, connect_deadline,
+				   node->conn->kind == REDIS_SERVER_REDLOCK ? DEBUG1 : elevel))
 	{
 		fail_run(run, RUN_NOT_ACCEPTED, 0);
 		return false;
@@ -731,8 +765,8 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
  * Connect to the node that serves key now, raising an ERROR on failure.
  * Callers use it before a command whose failure after sending leaves state
  * to clean up, so that a Redis that cannot even be reached is told apart
- * from an unknown outcome.  A cluster node that cannot be reached makes
- * the slot map be asked for again, once.
+ * from an unknown outcome.  A cluster node or Sentinel-named master that
+ * cannot be reached makes the map or master be asked for again, once.
  */
 void
 redis_connect(RedisConn *conn, const char *key, int keylen)
@@ -742,17 +776,20 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 	RedisCall  *pcall = &call;
 	NodeRun		run = {0};
 
+	/* a quorum's failures are judged when the call runs */
+	if (conn->kind == REDIS_SERVER_REDLOCK)
+		return;
 	redis_call_init(&call, conn, NULL);
 	redis_call_arg(&call, "", 0);
 	redis_call_arg(&call, key, keylen);
-	redis_route_calls(&pcall, 1, deadline, ERROR);
+	redis_route_calls(&pcall, 1, deadline, ERROR, true);
 	run.node = call.node;
 	if (!prepare_node(&run, deadline, ERROR) &&
-		run.failure == RUN_NOT_CONNECTED && conn->kind == REDIS_SERVER_CLUSTER)
+		run.failure == RUN_NOT_CONNECTED && conn->kind != REDIS_SERVER_SINGLE)
 	{
 		redis_conn_lost_node(conn);
 		call.node = NULL;
-		redis_route_calls(&pcall, 1, deadline, ERROR);
+		redis_route_calls(&pcall, 1, deadline, ERROR, true);
 		run.node = call.node;
 		run.failure = RUN_OK;
 		(void) prepare_node(&run, deadline, ERROR);
@@ -772,6 +809,7 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 		case RUN_SKIPPED:
 		case RUN_NOT_ACCEPTED:
 		case RUN_REROUTED:
+		case RUN_MOOT:
 			break;
 		case RUN_NOT_CONNECTED:
 			node_report_connect_failure(run->node, elevel);
@@ -822,6 +860,55 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 }
 
 /*
+ * Why a run's node did not answer, in a few words for a list of Redlock
+ * masters, and the SQLSTATE that says so
+ */
+static const char *
+failure_reason(const NodeRun *run, RedisDeadline deadline, int *sqlstate)
+{
+	*sqlstate = ERRCODE_CONNECTION_FAILURE;
+	switch (run->failure)
+	{
+		case RUN_NOT_CONNECTED:
+		case RUN_NOT_ACCEPTED:
+			*sqlstate = run->node->connect_sqlstate;
+			return run->node->connect_error;
+		case RUN_TIMED_OUT:
+			return psprintf("no answer within %d ms", deadline.ms);
+		case RUN_GIVEN_UP:
+			*sqlstate = ERRCODE_ADMIN_SHUTDOWN;
+			return "not waited for, the backend is terminating";
+		case RUN_IO_ERROR:
+			return strerror(run->failure_errno);
+		case RUN_CLOSED:
+			return "the server closed the connection";
+		case RUN_PROTOCOL_ERROR:
+			*sqlstate = ERRCODE_PROTOCOL_VIOLATION;
+			return "invalid reply";
+		case RUN_SKIPPED:
+			return "failed earlier in this transaction end";
+		default:
+			return "no answer";
+	}
+}
+
+/*
+ * The copies of Redlock calls that a failed run leaves without a reply
+ * count against their quorum, which reports them all at once.
+ */
+static void
+note_redlock_failure(const NodeRun *run, RedisDeadline deadline)
+{
+	int			sqlstate;
+	const char *reason = failure_reason(run, deadline, &sqlstate);
+	int			i;
+
+	for (i = 0; i < run->nwanted; i++)
+		if (run->wanted[i]->reply_type == 0)
+			redlock_note_failure(run->wanted[i], reason, sqlstate);
+}
+
+/*
  * After a run: close the connections that failed or that Redis said cannot
  * serve, remember the nodes that failed during an end, and report.
  * A node that merely timed out keeps its connection: its late replies are
@@ -842,13 +929,20 @@ conclude_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
 			node_disconnect(run->node);
 		if (run->failure != RUN_OK || run->close_after)
 			redis_conn_lost_node(run->node->conn);
-		if (run->failure == RUN_OK || run->failure == RUN_REROUTED)
+		if (run->failure == RUN_OK || run->failure == RUN_REROUTED ||
+			run->failure == RUN_MOOT)
 			continue;
-		ok = false;
 		if (elevel < ERROR && current_end.active)
 			run->node->failed_end = current_end.id;
 		if (run->failure == RUN_GIVEN_UP)
 			current_end.deadline.at = 0;
+		if (run->node->conn->kind == REDIS_SERVER_REDLOCK)
+		{
+			note_redlock_failure(run, deadline);
+			run->failure = RUN_MOOT;	/* reported with its quorum */
+			continue;
+		}
+		ok = false;
 	}
 	for (i = 0; i < nruns; i++)
 		report_failure(&runs[i], deadline, elevel);
@@ -1094,8 +1188,9 @@ bool
 redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 				int elevel)
 {
+	TimestampTz start = GetCurrentTimestamp();
 	RedisCall **pending;
-	int			npending = ncalls;
+	int			npending;
 	bool		rerouted = false;
 	bool		ok = true;
 	int			round;
@@ -1105,13 +1200,12 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 		return true;
 	if (elevel >= ERROR)
 		current_end.active = false;
-	pending = palloc(sizeof(RedisCall *) * ncalls);
-	for (i = 0; i < ncalls; i++)
+	pending = redlock_expand_calls(calls, ncalls, &npending);
+	for (i = 0; i < npending; i++)
 	{
-		calls[i].asking = false;
-		calls[i].load_script = false;
-		calls[i].sent_again = false;
-		pending[i] = &calls[i];
+		pending[i]->asking = false;
+		pending[i]->load_script = false;
+		pending[i]->sent_again = false;
 	}
 
 	for (round = 1; npending > 0 && round <= MAX_ROUNDS; round++)
@@ -1121,7 +1215,8 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 
 		for (i = 0; i < npending; i++)
 			pending[i]->reply_type = 0;
-		redis_route_calls(pending, npending, deadline, elevel);
+		redlock_start_round(pending, npending);
+		redis_route_calls(pending, npending, deadline, elevel, true);
 		runs = group_calls(pending, npending, &nruns);
 		start_runs(runs, nruns, deadline, elevel);
 		await_replies(runs, nruns, deadline.at, elevel);
@@ -1134,6 +1229,8 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 		pfree(runs);
 	}
 	pfree(pending);
+	if (!redlock_decide_calls(calls, ncalls, start, elevel))
+		ok = false;
 	return ok;
 }
 
@@ -1192,30 +1289,33 @@ redis_end_finish(void)
 /*
  * Send calls whose replies nobody waits for (clean-up after commit): they
  * cost no round trip now, and their replies are dropped when the node is
- * next used.  Nodes that are not connected, or failed during this end, are
- * left alone; what the calls would clean up is found again later.
+ * next used.  Calls go where the server's last known map or master says,
+ * without asking; nodes that are not connected, or failed during this end,
+ * are left alone.  What the calls would clean up is found again later.
  */
 void
 redis_send_deferred(RedisCall *calls, int ncalls)
 {
+	int			npending;
+	RedisCall **pending = redlock_expand_calls(calls, ncalls, &npending);
 	int			i;
 
-	for (i = 0; i < ncalls; i++)
+	redis_route_calls(pending, npending, redis_command_deadline(), WARNING,
+					  false);
+	for (i = 0; i < npending; i++)
 	{
-		RedisConn  *conn = calls[i].conn;
-		RedisCall  *call = &calls[i];
-		RedisNode  *node;
+		RedisNode  *node = pending[i]->node;
 
-		if (conn->kind == REDIS_SERVER_CLUSTER && conn->map_stale)
-			continue;
-		redis_route_calls(&call, 1, redis_command_deadline(), WARNING);
-		node = call->node;
-		if (!node_is_connected(node) ||
+		/* a Sentinel server whose master is not known yet */
+		if (node->is_sentinel || !node_is_connected(node) ||
 			(current_end.active && node->failed_end == current_end.id))
 			continue;
-		resp_append_call(&node->out, &calls[i]);
+		resp_append_call(&node->out, pending[i]);
 		node->awaiting++;
 		if (!node_flush(node))
 			node_disconnect(node);
 	}
+	for (i = 0; i < ncalls; i++)
+		calls[i].quorum = NULL;
+	pfree(pending);
 }

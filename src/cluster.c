@@ -133,15 +133,12 @@ redis_conn_node_index(RedisConn *conn, const char *host, int port)
 	return add_node(conn, node_create(conn, host, port, NULL));
 }
 
-RedisNode *
-redis_conn_find_node(RedisConn *conn, const char *host, int port)
-{
-	return conn->nodes[redis_conn_node_index(conn, host, port)];
-}
-
-/* Add a node for each endpoint (from redis_parse_endpoints) */
+/*
+ * Add a node in role for each endpoint (from redis_parse_endpoints).
+ * Sentinels authenticate with credentials of their own.
+ */
 void
-redis_conn_add_endpoints(RedisConn *conn, List *endpoints)
+redis_conn_add_endpoints(RedisConn *conn, List *endpoints, const char *role)
 {
 	ListCell   *lc;
 
@@ -152,7 +149,14 @@ redis_conn_add_endpoints(RedisConn *conn, List *endpoints)
 		int			port;
 
 		if (split_endpoint(entry, &host, &port))
-			(void) redis_conn_node_index(conn, host, port);
+		{
+			/* the index first: finding it may move conn->nodes */
+			int			index = redis_conn_node_index(conn, host, port);
+			RedisNode  *node = conn->nodes[index];
+
+			node->role = role;
+			node->is_sentinel = strcmp(role, "sentinel") == 0;
+		}
 	}
 }
 
@@ -164,7 +168,7 @@ void
 redis_conn_set_seeds(RedisConn *conn, List *endpoints)
 {
 	conn->kind = REDIS_SERVER_CLUSTER;
-	redis_conn_add_endpoints(conn, endpoints);
+	redis_conn_add_endpoints(conn, endpoints, "unknown");
 	conn->slot_owner = MemoryContextAlloc(conn->cxt,
 										  sizeof(int16) * REDIS_CLUSTER_SLOTS);
 	memset(conn->slot_owner, -1, sizeof(int16) * REDIS_CLUSTER_SLOTS);
@@ -223,6 +227,7 @@ node_for_key(RedisConn *conn, const char *key, size_t len)
 				return conn->nodes[conn->master_index];
 			break;
 		case REDIS_SERVER_SINGLE:
+		case REDIS_SERVER_REDLOCK:
 			break;
 	}
 	return conn->nodes[0];
@@ -388,19 +393,20 @@ refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
 }
 
 /*
- * Choose the node of every call that has none, first asking for the slot
- * map of a cluster, or the master of a Sentinel server, when it is not
- * known or may have changed; once per server and call of this function.
+ * Choose the node of every call that has none.  With may_ask, the slot map
+ * of a cluster, or the master of a Sentinel server, is asked for first
+ * when it is not known or may have changed; once per server and call of
+ * this function.
  */
 void
 redis_route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline,
-				  int elevel)
+				  int elevel, bool may_ask)
 {
 	static uint64 round = 0;
 	int			i;
 
 	round++;
-	for (i = 0; i < ncalls; i++)
+	for (i = 0; may_ask && i < ncalls; i++)
 	{
 		RedisConn  *conn = calls[i]->conn;
 

@@ -165,6 +165,7 @@ set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
 	const char *unix_socket = NULL;
 	const char *cluster = NULL;
 	const char *sentinels = NULL;
+	const char *masters = NULL;
 	const char *bad_entry;
 	ListCell   *lc;
 
@@ -190,6 +191,8 @@ set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
 			cluster = value;
 		else if (strcmp(def->defname, "sentinel") == 0)
 			sentinels = value;
+		else if (strcmp(def->defname, "redlock") == 0)
+			masters = value;
 		else if (strcmp(def->defname, "sentinel_master") == 0)
 			conn->sentinel_master = value;
 		else if (strcmp(def->defname, "sentinel_username") == 0)
@@ -215,6 +218,8 @@ set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
 	else if (sentinels != NULL)
 		redis_conn_set_sentinels(conn,
 								 redis_parse_endpoints(sentinels, &bad_entry));
+	else if (masters != NULL)
+		redis_conn_set_masters(conn, redis_parse_endpoints(masters, &bad_entry));
 	else
 	{
 		conn->kind = REDIS_SERVER_SINGLE;

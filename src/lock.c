@@ -285,13 +285,18 @@ drop_one_hold(HeldLock *lock)
 		lock->nlevels--;
 }
 
-/* The lock and the time its lease, renewed at now, runs out */
+/*
+ * The lock's ttl and the time its lease, renewed by a call that started at
+ * start, runs out.  On a Redlock server the masters' clocks may drift
+ * apart, and the lease is shorter by what they may.
+ */
 static void
-set_lease(HeldLock *lock, int ttl_ms)
+set_lease(HeldLock *lock, int ttl_ms, TimestampTz start)
 {
 	lock->ttl_ms = ttl_ms;
-	lock->lease_expires_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														 ttl_ms);
+	lock->lease_expires_at =
+		TimestampTzPlusMilliseconds(start, ttl_ms -
+									redlock_drift_ms(lock->conn, ttl_ms));
 }
 
 /* Add the lock's key to a call */
@@ -401,6 +406,7 @@ abandon_lock(HeldLock *lock, const RedisCall *wait)
 static bool
 try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 {
+	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	calls[2];
 	RedisCall  *call = &calls[0];
 	int			ncalls = 1;
@@ -424,8 +430,8 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 	if (ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
 		abandon_lock(lock, &calls[1]);
 	lock->fence = pg_strtoint64(call->str);
-	lock->acquired_at = GetCurrentTimestamp();
-	set_lease(lock, ttl_ms);
+	lock->acquired_at = start;
+	set_lease(lock, ttl_ms, start);
 	return true;
 }
 
@@ -502,6 +508,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 static void
 renew_held_lock(HeldLock *lock, int ttl_ms)
 {
+	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	call;
 
 	prepare_extend(&call, lock, ttl_ms);
@@ -513,7 +520,7 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 				 errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
 						   lock_endpoint(lock)),
 				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
-	set_lease(lock, ttl_ms);
+	set_lease(lock, ttl_ms, start);
 }
 
 static int
@@ -708,6 +715,7 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 {
 	int			ttl_ms = validated_ttl(fcinfo, 1);
 	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	call;
 
 	if (lock == NULL || total_holds(lock) == 0)
@@ -723,7 +731,7 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 		warn_lost(lock);
 		PG_RETURN_BOOL(false);
 	}
-	set_lease(lock, ttl_ms);
+	set_lease(lock, ttl_ms, start);
 	PG_RETURN_BOOL(true);
 }
 
@@ -801,6 +809,7 @@ locks_have_xact_holds(void)
 void
 locks_verify_before_commit(void)
 {
+	TimestampTz start;
 	dlist_iter	iter;
 	HeldLock   *lock;
 	RedisCall  *calls;
@@ -823,6 +832,7 @@ locks_verify_before_commit(void)
 	if (ncalls == 0)
 		return;
 
+	start = GetCurrentTimestamp();
 	redis_run(calls, ncalls);
 	for (i = 0; i < ncalls; i++)
 	{
@@ -839,7 +849,7 @@ locks_verify_before_commit(void)
 							   lock_endpoint(lock)),
 					 errhint("Retry the transaction; a longer ttl_ms may help.")));
 		}
-		set_lease(lock, lock->ttl_ms);
+		set_lease(lock, lock->ttl_ms, start);
 	}
 }
 

@@ -275,9 +275,10 @@ open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
  * Remember why a connect failed.  Connect failures are reported by the
  * caller, which may first try another node of the same server.
  */
-static void
-set_connect_error(RedisNode *node, const char *reason)
+void
+node_set_connect_error(RedisNode *node, const char *reason)
 {
+	node->connect_sqlstate = ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION;
 	if (node->connect_error != NULL)
 		pfree(node->connect_error);
 	node->connect_error = MemoryContextStrdup(TopMemoryContext, reason);
@@ -363,7 +364,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 	Assert(node->sock == PGINVALID_SOCKET);
 	if (!AcquireExternalFD())
 	{
-		set_connect_error(node, "too many open files on the local server (see max_files_per_process)");
+		node_set_connect_error(node, "too many open files on the local server (see max_files_per_process)");
 		return false;
 	}
 	sock = open_socket(node, deadline, elevel, &err, &reason);
@@ -373,7 +374,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 		if (reason == NULL)
 			reason = err != 0 ? strerror(err) :
 				psprintf("timed out after %d ms", redislock_connect_timeout);
-		set_connect_error(node, reason);
+		node_set_connect_error(node, reason);
 		return false;
 	}
 

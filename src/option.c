@@ -35,6 +35,7 @@ static const RedisOption valid_options[] = {
 	{"cluster", ForeignServerRelationId},
 	{"sentinel", ForeignServerRelationId},
 	{"sentinel_master", ForeignServerRelationId},
+	{"redlock", ForeignServerRelationId},
 	{"min_replicas", ForeignServerRelationId},
 	{"replica_timeout", ForeignServerRelationId},
 	{"database", ForeignServerRelationId},
@@ -145,6 +146,21 @@ check_endpoints_option(DefElem *def)
 				 errhint("List nodes as \"host:port, host:port\".")));
 }
 
+/* Redlock needs at least three independent masters */
+static void
+check_redlock_option(DefElem *def)
+{
+	const char *bad_entry;
+
+	check_endpoints_option(def);
+	if (list_length(redis_parse_endpoints(defGetString(def), &bad_entry)) < 3)
+		ereport(ERROR,
+				(errcode(ERRCODE_FDW_INVALID_ATTRIBUTE_VALUE),
+				 errmsg("invalid value for option \"redlock\": \"%s\"",
+						defGetString(def)),
+				 errdetail("Redlock needs at least 3 independent masters; an odd number is best.")));
+}
+
 /* Options that say where one Redis is cannot go with a list of nodes */
 static void
 check_exclusive_with(const char *list_option, bool has_host, bool has_port,
@@ -173,6 +189,8 @@ redislock_fdw_validator(PG_FUNCTION_ARGS)
 	bool		has_socket = false;
 	bool		has_cluster = false;
 	bool		has_sentinel = false;
+	bool		has_redlock = false;
+	bool		has_min_replicas = false;
 	bool		has_sentinel_master = false;
 	bool		has_sentinel_username = false;
 	bool		has_sentinel_password = false;
@@ -213,8 +231,16 @@ redislock_fdw_validator(PG_FUNCTION_ARGS)
 			check_nonempty_option(def);
 			has_sentinel_master = true;
 		}
+		else if (strcmp(def->defname, "redlock") == 0)
+		{
+			check_redlock_option(def);
+			has_redlock = true;
+		}
 		else if (strcmp(def->defname, "min_replicas") == 0)
+		{
 			check_int_option(def, 0, 1000);
+			has_min_replicas = true;
+		}
 		else if (strcmp(def->defname, "replica_timeout") == 0)
 			check_int_option(def, 1, 3600000);
 		else if (strcmp(def->defname, "sentinel_username") == 0)
@@ -265,6 +291,18 @@ redislock_fdw_validator(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
 					 errmsg("option \"sentinel\" cannot be combined with option \"cluster\"")));
+	}
+	if (has_redlock)
+	{
+		check_exclusive_with("redlock", has_host, has_port, has_socket);
+		if (has_cluster || has_sentinel || has_min_replicas)
+			ereport(ERROR,
+					(errcode(ERRCODE_FDW_INVALID_OPTION_NAME),
+					 errmsg("option \"redlock\" cannot be combined with option \"%s\"",
+							has_cluster ? "cluster" : has_sentinel ? "sentinel" :
+							"min_replicas"),
+					 has_min_replicas ?
+					 errdetail("On a Redlock server the quorum of masters takes the place of replica acknowledgement.") : 0));
 	}
 	if (has_sentinel != has_sentinel_master)
 		ereport(ERROR,

@@ -274,6 +274,7 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 	int			nmasters;
 	int			i;
 
+	stock_require_counter_server(conn);
 	InitMaterializedSRF(fcinfo, 0);
 	initStringInfo(&pattern);
 	append_glob_escaped(&pattern, conn->key_prefix);

@@ -12,6 +12,7 @@
  *		connection.c		the connection cache: foreign server and user
  *		cluster.c			which node serves a key: Redis Cluster slots
  *		sentinel.c			which node is the master of a Sentinel server
+ *		redlock.c			a quorum of independent masters (Redlock)
  *		batch.c				running a set of calls over several nodes
  *		node.c				one non-blocking socket to one Redis node
  *		resp.c				RESP encoding of commands
@@ -92,12 +93,14 @@ typedef struct RedisNode
 	bool		checked;		/* known ready: connected, peer not gone */
 	TimestampTz last_reply;		/* when a reply last arrived */
 	char	   *connect_error;	/* why the last connect failed, if it did */
+	int			connect_sqlstate;	/* and the SQLSTATE that says so */
 } RedisNode;
 
 extern RedisNode *node_create(struct RedisConn *conn, const char *host,
 							  int port, const char *unix_socket);
 extern bool node_connect(RedisNode *node, TimestampTz deadline, int elevel);
 extern void node_report_connect_failure(const RedisNode *node, int elevel);
+extern void node_set_connect_error(RedisNode *node, const char *reason);
 extern void node_disconnect(RedisNode *node);
 extern void node_destroy(RedisNode *node);
 extern bool node_is_connected(const RedisNode *node);
@@ -113,7 +116,8 @@ typedef enum RedisServerKind
 {
 	REDIS_SERVER_SINGLE,
 	REDIS_SERVER_CLUSTER,
-	REDIS_SERVER_SENTINEL
+	REDIS_SERVER_SENTINEL,
+	REDIS_SERVER_REDLOCK
 } RedisServerKind;
 
 /* The hash slots of Redis Cluster */
@@ -178,6 +182,7 @@ typedef struct RedisCall
 								 * caller chose a node (keyless commands) */
 	bool		node_given;		/* the caller chose node: never rerouted */
 	struct RedisCall *follows;	/* runs right after this one, on its node */
+	struct Quorum *quorum;		/* Redlock: the answers of the masters */
 	bool		asking;			/* ASK redirection: send ASKING before it */
 	const RedisScript *script;	/* NULL: argv is a plain command */
 	int			nkeys;			/* for scripts: argv[0..nkeys-1] are keys */
@@ -255,16 +260,16 @@ extern void require_argument(FunctionCallInfo fcinfo, int argno,
 
 /* Routing to nodes (cluster.c) */
 extern List *redis_parse_endpoints(const char *list, const char **bad_entry);
-extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints);
+extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints,
+									 const char *role);
 extern void redis_conn_set_seeds(RedisConn *conn, List *endpoints);
 extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
-extern RedisNode *redis_conn_find_node(RedisConn *conn, const char *host,
-									   int port);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
 extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
 extern void redis_route_calls(RedisCall **calls, int ncalls,
-							  RedisDeadline deadline, int elevel);
+							  RedisDeadline deadline, int elevel,
+							  bool may_ask);
 extern bool redis_follow_redirect(RedisCall *call);
 extern void redis_conn_lost_node(RedisConn *conn);
 extern char *redis_node_slots(RedisConn *conn, int nodeindex);
@@ -274,6 +279,19 @@ extern void redis_conn_set_sentinels(RedisConn *conn, List *endpoints);
 extern bool sentinel_master_is_stale(const RedisConn *conn);
 extern void sentinel_find_master(RedisConn *conn, RedisDeadline deadline,
 								 int elevel);
+
+/* Redlock servers (redlock.c) */
+extern void redis_conn_set_masters(RedisConn *conn, List *endpoints);
+extern int	redlock_drift_ms(const RedisConn *conn, int ttl_ms);
+extern RedisCall **redlock_expand_calls(RedisCall *calls, int ncalls,
+										int *npending);
+extern void redlock_note_reply(const RedisCall *copy);
+extern void redlock_note_failure(const RedisCall *copy, const char *reason,
+								 int sqlstate);
+extern bool redlock_copy_is_moot(const RedisCall *copy);
+extern void redlock_start_round(RedisCall **pending, int npending);
+extern bool redlock_decide_calls(RedisCall *calls, int ncalls,
+								 TimestampTz start, int elevel);
 
 /* Key layout (keys.c) */
 extern int	redis_key_slot(const char *key, int len);
@@ -291,6 +309,7 @@ extern void locks_verify_before_commit(void);
 extern void locks_end_xact(RedisBatch *batch, bool session_too);
 extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
 
+extern void stock_require_counter_server(const RedisConn *conn);
 extern bool stock_has_pending(void);
 extern void stock_end_xact(RedisBatch *batch, bool commit);
 extern void stock_end_subxact(RedisBatch *batch, int level, bool commit);

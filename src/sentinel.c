@@ -30,15 +30,8 @@
 void
 redis_conn_set_sentinels(RedisConn *conn, List *endpoints)
 {
-	int			i;
-
 	conn->kind = REDIS_SERVER_SENTINEL;
-	redis_conn_add_endpoints(conn, endpoints);
-	for (i = 0; i < conn->nnodes; i++)
-	{
-		conn->nodes[i]->role = "sentinel";
-		conn->nodes[i]->is_sentinel = true;
-	}
+	redis_conn_add_endpoints(conn, endpoints, "sentinel");
 	conn->master_index = -1;
 	conn->map_stale = true;
 }

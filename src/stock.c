@@ -61,6 +61,22 @@ PG_FUNCTION_INFO_V1(redis_stock_incr);
 PG_FUNCTION_INFO_V1(redis_stock_decr);
 PG_FUNCTION_INFO_V1(redis_stock_delete);
 
+/*
+ * Stock needs one authoritative counter: a Redlock server's masters are
+ * independent, and each would count on its own.
+ */
+void
+stock_require_counter_server(const RedisConn *conn)
+{
+	if (conn->kind == REDIS_SERVER_REDLOCK)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("Redis stock is not supported on Redlock server \"%s\"",
+						redislock_server_name),
+				 errdetail("Stock needs one authoritative counter, and the masters of a Redlock server are independent."),
+				 errhint("Keep stock on a single Redis server, a Sentinel server or a Redis Cluster.")));
+}
+
 static int64
 validated_qty(FunctionCallInfo fcinfo, int argno, bool zero_ok)
 {
@@ -89,6 +105,7 @@ prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
 	int			rkeylen;
 	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
 
+	stock_require_counter_server(conn);
 	redis_call_init(call, conn, NULL);
 	redis_call_arg(call, command, strlen(command));
 	redis_call_arg(call, rkey, rkeylen);
@@ -273,8 +290,12 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	RedisConn  *conn;
 	int			rkeylen;
 	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
-	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	PendingDecrement *decrement = palloc0(sizeof(PendingDecrement));
+	MemoryContext oldcxt;
+	PendingDecrement *decrement;
+
+	stock_require_counter_server(conn);
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	decrement = palloc0(sizeof(PendingDecrement));
 
 	decrement->conn = conn;
 	decrement->rkey = pstrdup(rkey);
