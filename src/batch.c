@@ -100,6 +100,7 @@ static void report_failure(const NodeRun *run, RedisDeadline deadline,
 static const char *failure_reason(const NodeRun *run, RedisDeadline deadline,
 								  int *sqlstate);
 static void drop_reply(RedisNode *node, redisReply *reply);
+static void send_redirected_cleanup(RedisNode *node);
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
@@ -761,6 +762,7 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 		fail_run(run, RUN_NOT_ACCEPTED, 0);
 		return false;
 	}
+	send_redirected_cleanup(node);
 	node->checked = true;
 	return true;
 }
@@ -1119,6 +1121,8 @@ pause_before_retry(RedisDeadline deadline, int elevel)
 static bool
 send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 {
+	bool		asking = call->asking;
+
 	call->asking = false;
 	if (call->follows != NULL && call->follows->sent_again)
 	{
@@ -1142,6 +1146,7 @@ send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 	}
 	if (redis_reply_is_error(call, "TRYAGAIN"))
 	{
+		call->asking = asking;	/* the same node, the same way */
 		*tryagain = true;
 		return true;
 	}
@@ -1234,9 +1239,10 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 			ok = false;
 		if (!report_failed_loads(runs, nruns, elevel))
 			ok = false;
-		npending = calls_to_send_again(runs, nruns, pending, deadline, elevel,
-									   &only_tryagain);
-		if (only_tryagain)
+		npending = round == MAX_ROUNDS ? 0 :
+			calls_to_send_again(runs, nruns, pending, deadline, elevel,
+								&only_tryagain);
+		if (npending > 0 && only_tryagain)
 			round--;			/* waiting out a migration is not a redirection */
 		pfree(runs);
 	}
@@ -1365,12 +1371,23 @@ send_cleanup(RedisCall *call)
 	node->sent++;
 	if (call->conn->kind == REDIS_SERVER_CLUSTER)
 		keep_redirectable(node, call);
-	if (!node_flush(node))
+
+	/* a broken connection is found, and closed, by the node's next run */
+	return node_flush(node);
+}
+
+/* Send the clean-up that was redirected to node before it was connected */
+static void
+send_redirected_cleanup(RedisNode *node)
+{
+	while (node->redirected != NIL && node_is_connected(node))
 	{
-		node_disconnect(node);
-		return false;
+		RedirectableCall *kept = linitial(node->redirected);
+
+		node->redirected = list_delete_first(node->redirected);
+		(void) send_cleanup(&kept->call);
+		pfree(kept);
 	}
-	return true;
 }
 
 /*
@@ -1403,7 +1420,18 @@ drop_reply(RedisNode *node, redisReply *reply)
 		kept->call.reply_type = reply->type;
 		kept->call.str = pnstrdup(reply->str, reply->len);
 		kept->call.len = reply->len;
-		if (redis_follow_redirect(&kept->call))
+		if (redis_follow_redirect(&kept->call) &&
+			!node_is_connected(kept->call.node))
+		{
+			MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+
+			/* sent when this backend next connects to that node */
+			kept->call.node->redirected =
+				lappend(kept->call.node->redirected, kept);
+			MemoryContextSwitchTo(oldcxt);
+			kept = NULL;
+		}
+		else if (kept->call.node != node)
 			(void) send_cleanup(&kept->call);
 	}
 	if (kept != NULL)

@@ -91,6 +91,8 @@ typedef struct RedisNode
 	uint64		sent;			/* commands sent since connecting */
 	List	   *redirectable;	/* clean-up sent after commit to a cluster
 								 * node, whose reply may redirect it */
+	List	   *redirected;		/* clean-up redirected here before this node
+								 * was connected: sent once it is */
 	int			deferred;		/* leading ones that nobody waits for */
 	uint64		failed_end;		/* id of the transaction end it failed in */
 	bool		checked;		/* known ready: connected, peer not gone */
