@@ -190,6 +190,7 @@ typedef struct RedisCall
 	struct Quorum *quorum;		/* Redlock: the answers of the masters */
 	bool		asking;			/* ASK redirection: send ASKING before it */
 	const RedisScript *script;	/* NULL: argv is a plain command */
+	bool		send_body;		/* EVAL the script's text, not EVALSHA */
 	int			nkeys;			/* for scripts: argv[0..nkeys-1] are keys */
 	int			argc;
 	const char *argv[REDIS_CALL_MAX_ARGS];	/* NULL: the integer below */

@@ -109,6 +109,13 @@ redlock_expand_calls(RedisCall *calls, int ncalls, int *npending)
 
 			memcpy(copy, call, sizeof(RedisCall));
 			redis_call_on_node(copy, conn->nodes[m]);
+
+			/*
+			 * A master that answered NOSCRIPT after the quorum was known
+			 * would not be waited for, and would never run the call: the
+			 * text goes with it, and Redis caches the compiled script.
+			 */
+			copy->send_body = true;
 			pending[n++] = copy;
 		}
 	}

@@ -44,7 +44,7 @@ append_resp_bulk(StringInfo buf, const char *arg, size_t len)
 	buf->data[buf->len] = '\0';
 }
 
-/* Append a call: EVALSHA of its script, or its plain command */
+/* Append a call: EVALSHA (or EVAL) of its script, or its plain command */
 void
 resp_append_call(StringInfo buf, const RedisCall *call)
 {
@@ -55,8 +55,17 @@ resp_append_call(StringInfo buf, const RedisCall *call)
 	{
 		char		nkeys[12];
 
-		append_resp_bulk(buf, "EVALSHA", 7);
-		append_resp_bulk(buf, call->script->sha1, 40);
+		if (call->send_body)
+		{
+			append_resp_bulk(buf, "EVAL", 4);
+			append_resp_bulk(buf, call->script->body,
+							 strlen(call->script->body));
+		}
+		else
+		{
+			append_resp_bulk(buf, "EVALSHA", 7);
+			append_resp_bulk(buf, call->script->sha1, 40);
+		}
 		append_resp_bulk(buf, nkeys, pg_ltoa(call->nkeys, nkeys));
 	}
 	for (i = 0; i < call->argc; i++)
