@@ -241,6 +241,22 @@ ok($tokens[0] eq 'someone-else' && $tokens[1] =~ /^pg:/ && $tokens[2] eq $tokens
 works($s, "SELECT redis_lock_release('q')", 't', 'and released');
 $m[0]->command('DEL', 'app:q');
 
+# A lease lost on masters: extend and release need a quorum confirming it.
+works($s, "SELECT redis_lock_acquire_session('e', 60000)", 't', 'lock "e" is taken');
+$m[0]->command('DEL', 'app:e');
+works($s, "SELECT redis_lock_extend('e', 120000)", 't', 'its key deleted on one master: extend succeeds');
+@pttl = map { $_->command('PTTL', 'app:e') } @m;
+ok($pttl[0] == -2 && $pttl[1] > 60000 && $pttl[2] > 60000,
+	"renewing the two that carry it (@pttl ms left)");
+$m[1]->command('DEL', 'app:e');
+($out, $err) = session_query($s, "SELECT redis_lock_extend('e', 120000)");
+ok($out eq 'f' && $err =~ /WARNING:/, 'deleted on two: extend returns false, with a warning');
+($out, $err) = session_query($s, "SELECT redis_lock_release('e')");
+ok($out eq 'f' && $err =~ /WARNING:/, 'and so does release');
+ok(defined wait_until(5, sub { join(' ', values_on($masters, 'app:e')) eq 'nil nil nil' }),
+	'which still deletes the key where it carries our token');
+works($s, 'SELECT count(*) FROM redis_locks()', '0', 'the backend holds nothing');
+
 # --- stock is refused
 foreach my $call ("redis_stock_set('st', 5)", "redis_stock_get('st')", "redis_stock_decr('st')",
 	"redis_stock_incr('st', 2)", "redis_stock_delete('st')", 'redis_stock_recover()')
@@ -315,7 +331,8 @@ $m[2]->kill9;
 works($s, "SELECT redis_lock_acquire_session('d1', 60000)", 't', 'one master killed: a lock is granted');
 is(join(' ', map { $_ =~ /^pg:/ ? 'pg' : $_ } values_on($masters, 'app:d1')), 'pg pg down',
 	'by the two others');
-works($s, "SELECT redis_lock_release('d1')", 't', 'and released');
+works($s, "SELECT redis_lock_extend('d1', 60000), redis_lock_release('d1')", 't|t',
+	'and extended and released');
 works($s, "BEGIN; SELECT redis_lock_acquire('d2', 60000); COMMIT", 't',
 	'a transaction lock is taken and committed');
 is(join(' ', values_on($masters, 'app:d2')), 'nil nil down', 'and released');
