@@ -29,6 +29,52 @@ ALTER USER MAPPING FOR PUBLIC SERVER regress_redis
 ALTER SERVER regress_redis OPTIONS (DROP host, ADD unix_socket '/tmp/r.sock');
 SELECT srvoptions FROM pg_foreign_server WHERE srvname = 'regress_redis';
 
+-- a Redis Cluster: seed nodes instead of host, port and unix_socket
+CREATE SERVER regress_cluster FOREIGN DATA WRAPPER redislock
+  OPTIONS (cluster '10.0.0.1:7000, 10.0.0.2:7001,[::1]:7002', database '0');
+ALTER SERVER regress_cluster OPTIONS (SET cluster '10.0.0.1:7000,');
+ALTER SERVER regress_cluster OPTIONS (SET cluster '10.0.0.1');
+ALTER SERVER regress_cluster OPTIONS (SET cluster '10.0.0.1:70000');
+ALTER SERVER regress_cluster OPTIONS (SET cluster '');
+ALTER SERVER regress_cluster OPTIONS (ADD host 'x');
+ALTER SERVER regress_cluster OPTIONS (ADD port '6379');
+ALTER SERVER regress_cluster OPTIONS (SET database '1');
+SELECT endpoint, role, slots, connected
+  FROM redis_server_nodes('regress_cluster');
+SELECT endpoint, role, slots, connected
+  FROM redis_server_nodes('regress_redis');
+DROP SERVER regress_cluster;
+
+-- Sentinel: Sentinels and the master's name, with their own credentials
+CREATE SERVER regress_sentinel FOREIGN DATA WRAPPER redislock
+  OPTIONS (sentinel '10.0.0.1:26379, 10.0.0.2:26379',
+           sentinel_master 'mymaster', min_replicas '1',
+           replica_timeout '200');
+CREATE USER MAPPING FOR PUBLIC SERVER regress_sentinel
+  OPTIONS (password 'secret', sentinel_username 's', sentinel_password 'x');
+ALTER USER MAPPING FOR PUBLIC SERVER regress_sentinel
+  OPTIONS (DROP sentinel_password);
+ALTER SERVER regress_sentinel OPTIONS (DROP sentinel_master);
+ALTER SERVER regress_sentinel OPTIONS (ADD host 'x');
+ALTER SERVER regress_sentinel OPTIONS (ADD cluster '10.0.0.1:7000');
+ALTER SERVER regress_sentinel OPTIONS (ADD sentinel_password 'x');
+ALTER SERVER regress_sentinel OPTIONS (SET min_replicas '-1');
+ALTER SERVER regress_sentinel OPTIONS (SET replica_timeout '0');
+SELECT endpoint, role, slots, connected
+  FROM redis_server_nodes('regress_sentinel');
+DROP SERVER regress_sentinel CASCADE;
+
+-- Redlock: at least three independent masters
+CREATE SERVER regress_redlock FOREIGN DATA WRAPPER redislock
+  OPTIONS (redlock '10.0.0.1:6379, 10.0.0.2:6379, 10.0.0.3:6379');
+ALTER SERVER regress_redlock
+  OPTIONS (SET redlock '10.0.0.1:6379, 10.0.0.2:6379');
+ALTER SERVER regress_redlock OPTIONS (ADD port '6379');
+ALTER SERVER regress_redlock OPTIONS (ADD min_replicas '1');
+SELECT endpoint, role, slots, connected
+  FROM redis_server_nodes('regress_redlock');
+DROP SERVER regress_redlock;
+
 -- a server of another wrapper cannot be used
 CREATE FOREIGN DATA WRAPPER regress_other;
 CREATE SERVER regress_other_srv FOREIGN DATA WRAPPER regress_other;

@@ -102,6 +102,15 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'redis_disconnect_all'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT;
 
+-- The nodes this backend knows of a server: a single server's one, or the
+-- masters and replicas of a Redis Cluster with the slots each master serves.
+CREATE FUNCTION redis_server_nodes(server name DEFAULT NULL,
+                                   OUT endpoint text, OUT role text,
+                                   OUT slots text, OUT connected boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_server_nodes'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED ROWS 6;
+
 -- Removing an item, and settling decrements that their backends could not.
 CREATE FUNCTION redis_stock_delete(key text)
 RETURNS boolean

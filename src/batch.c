@@ -6,10 +6,13 @@
  *
  * Every node involved first gets all of its calls, pipelined; then one
  * wait serves all of them and replies are taken as they arrive, so a set of
- * calls costs the slowest node's round trip rather than the sum.  Scripts
- * run by EVALSHA; those that Redis answers NOSCRIPT (it restarted, failed
- * over or was told SCRIPT FLUSH) were not run, and are loaded and run again
- * in one more round trip.
+ * calls costs the slowest node's round trip rather than the sum.  Some
+ * answers say that a call was not run, and it is sent again in one more
+ * round trip for all such calls: NOSCRIPT (Redis restarted, failed over or
+ * was told SCRIPT FLUSH; the script is loaded first), and from a cluster
+ * MOVED and ASK (sent where the redirection says, after ASKING for ASK)
+ * and TRYAGAIN (a multi-key call during a slot migration, sent again after
+ * a short pause while the deadline allows).
  *
  * A call whose reply does not come in time has an unknown outcome and is
  * never sent again.  The connection stays open: the replies still on their
@@ -31,6 +34,7 @@
 #include <hiredis/hiredis.h>
 
 #include "access/xact.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -39,12 +43,21 @@
 /* A connection quiet for this long is checked before use (microseconds) */
 #define IDLE_CHECK_USEC		1000
 
+/* Round trips one set of calls may take, redirections and loads included */
+#define MAX_ROUNDS			8
+
+/* The pause before calls answered TRYAGAIN are sent again (milliseconds) */
+#define TRYAGAIN_PAUSE_MS	20
+
 /* Why a node's replies stopped coming */
 typedef enum RunFailure
 {
 	RUN_OK,
 	RUN_SKIPPED,				/* the node failed earlier in this end */
-	RUN_NOT_CONNECTED,			/* reported when connecting */
+	RUN_NOT_CONNECTED,			/* the connect failed */
+	RUN_NOT_ACCEPTED,			/* the handshake failed, reported then */
+	RUN_REROUTED,				/* not connected; its calls go elsewhere */
+	RUN_MOOT,					/* Redlock: decided without its replies */
 	RUN_TIMED_OUT,
 	RUN_GIVEN_UP,				/* termination requested during an end */
 	RUN_IO_ERROR,
@@ -55,9 +68,10 @@ typedef enum RunFailure
 /* The calls of one run that go to one node, in the order they are sent */
 typedef struct NodeRun
 {
-	RedisConn  *conn;
 	RedisNode  *node;
-	RedisCall **calls;
+	RedisCall **wanted;			/* the caller's calls */
+	int			nwanted;
+	RedisCall **calls;			/* what is sent: those and their helpers */
 	int			ncalls;
 	int			nreplied;
 	RunFailure	failure;
@@ -80,6 +94,8 @@ static struct
 
 static void report_failure(const NodeRun *run, RedisDeadline deadline,
 						   int elevel);
+static const char *failure_reason(const NodeRun *run, RedisDeadline deadline,
+								  int *sqlstate);
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
@@ -110,6 +126,69 @@ redis_call_int_arg(RedisCall *call, int64 value)
 	call->intarg = value;
 	call->argv[call->argc] = NULL;
 	call->argvlen[call->argc++] = 0;
+}
+
+/* Run the call on node, whatever key it names (it may name none) */
+void
+redis_call_on_node(RedisCall *call, RedisNode *node)
+{
+	call->node = node;
+	call->node_given = true;
+}
+
+/*
+ * Make wait a WAIT for the replicas that the server's min_replicas option
+ * asks for, run right after the call it follows, on the same node, within
+ * replica_timeout.
+ */
+void
+redis_call_wait_replicas(RedisCall *wait, RedisCall *after)
+{
+	char	   *replicas = psprintf("%d", after->conn->min_replicas);
+	char	   *timeout = psprintf("%d", after->conn->replica_timeout);
+
+	redis_call_init(wait, after->conn, NULL);
+	wait->follows = after;
+	redis_call_arg(wait, "WAIT", 4);
+	redis_call_arg(wait, replicas, strlen(replicas));
+	redis_call_arg(wait, timeout, strlen(timeout));
+}
+
+/* Did enough replicas acknowledge the writes before wait? */
+bool
+redis_replicas_acknowledged(const RedisCall *wait)
+{
+	return wait->reply_type == REDIS_REPLY_INTEGER &&
+		wait->integer >= wait->conn->min_replicas;
+}
+
+/*
+ * Report a write to key that too few replicas acknowledged, and that the
+ * caller has undone (or leaves to the transaction's abort) as undone says.
+ * A server that refuses WAIT (some managed services do) cannot honour
+ * min_replicas at all, which is said as such.
+ */
+void
+redis_report_replicas(const RedisCall *wait, const char *key,
+					  const char *undone)
+{
+	if (wait->reply_type == REDIS_REPLY_ERROR)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("Redis server at %s refused WAIT, which option \"min_replicas\" needs",
+						wait->node->endpoint),
+				 errdetail("Redis answered: %s", wait->str),
+				 errhint("Set min_replicas to 0 for a server without WAIT.")));
+	if (wait->reply_type != REDIS_REPLY_INTEGER)
+		redis_unexpected_reply(wait, key, ERROR);
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("only %lld of %d required replicas of Redis server at %s acknowledged the write of key \"%s\"",
+					wait->integer, wait->conn->min_replicas,
+					wait->node->endpoint, key),
+			 errdetail("The replicas did not answer within replica_timeout (%d ms); %s.",
+					   wait->conn->replica_timeout, undone),
+			 errhint("A lock or decrement that only the master has would be lost if the master failed.")));
 }
 
 /* A new call slot at the end of the batch */
@@ -154,6 +233,18 @@ is_unavailable_reply(const RedisCall *call)
 		redis_reply_is_error(call, "CLUSTERDOWN");
 }
 
+/*
+ * Replies of a cluster that say the call was not run here and may be sent
+ * again: it is, while the deadline and the number of rounds allow.
+ */
+static bool
+is_not_run_reply(const RedisCall *call)
+{
+	return redis_reply_is_error(call, "MOVED") ||
+		redis_reply_is_error(call, "ASK") ||
+		redis_reply_is_error(call, "TRYAGAIN");
+}
+
 /* The SQLSTATE a PostgreSQL user would expect for a Redis error reply */
 static int
 error_reply_sqlstate(const RedisCall *call)
@@ -164,7 +255,7 @@ error_reply_sqlstate(const RedisCall *call)
 		return ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION;
 	if (redis_reply_is_error(call, "WRONGPASS"))
 		return ERRCODE_INVALID_PASSWORD;
-	if (is_unavailable_reply(call))
+	if (is_unavailable_reply(call) || is_not_run_reply(call))
 		return ERRCODE_CONNECTION_FAILURE;
 	if (redis_reply_is_error(call, "OOM"))
 		return ERRCODE_OUT_OF_MEMORY;
@@ -203,7 +294,7 @@ redis_unexpected_reply(const RedisCall *call, const char *key, int elevel)
 				 errmsg("Redis command on key \"%s\" failed with %.*s",
 						key, (int) strcspn(call->str, " "), call->str),
 				 errdetail("Redis server at %s answered: %s",
-						   call->conn->node.endpoint, call->str),
+						   call->node->endpoint, call->str),
 				 error_reply_hint(call)));
 	else
 		ereport(elevel,
@@ -211,7 +302,7 @@ redis_unexpected_reply(const RedisCall *call, const char *key, int elevel)
 				 errmsg("unexpected Redis reply of type %d for key \"%s\"",
 						call->reply_type, key),
 				 errdetail("The command ran at Redis server %s.",
-						   call->conn->node.endpoint)));
+						   call->node->endpoint)));
 }
 
 /* The number of strings in an array reply, nested arrays inlined */
@@ -252,6 +343,12 @@ copy_array_strings(RedisCall *call, const redisReply *reply)
 static void
 copy_reply(RedisCall *call, redisReply *reply)
 {
+	if (call->parse_reply != NULL && reply->type != REDIS_REPLY_ERROR)
+	{
+		call->parse_reply(call, reply);
+		freeReplyObject(reply);
+		return;
+	}
 	call->reply_type = reply->type;
 	call->integer = reply->integer;
 	call->str = NULL;
@@ -280,9 +377,30 @@ fail_run(NodeRun *run, RunFailure failure, int saved_errno)
 	run->failure_errno = saved_errno;
 }
 
+/*
+ * Are the calls of a run that have no reply yet all copies of Redlock calls
+ * that are decided already?  The run then waits no longer; the replies
+ * still due are dropped when the node is next used.
+ */
 static bool
-run_done(const NodeRun *run)
+run_is_moot(const NodeRun *run)
 {
+	int			i;
+
+	if (run->node->conn->kind != REDIS_SERVER_REDLOCK)
+		return false;
+	for (i = run->nreplied; i < run->ncalls; i++)
+		if (!run->calls[i]->helper && !redlock_copy_is_moot(run->calls[i]))
+			return false;
+	return true;
+}
+
+static bool
+run_done(NodeRun *run)
+{
+	if (run->failure == RUN_OK && run_is_moot(run) &&
+		run->nreplied < run->ncalls)
+		run->failure = RUN_MOOT;
 	return run->failure != RUN_OK ||
 		(run->nreplied == run->ncalls && run->node->deferred == 0);
 }
@@ -318,6 +436,7 @@ take_replies(NodeRun *run)
 		copy_reply(run->calls[run->nreplied], reply);
 		if (is_unavailable_reply(run->calls[run->nreplied]))
 			run->close_after = true;
+		redlock_note_reply(run->calls[run->nreplied]);
 		run->nreplied++;
 	}
 	if (run->nreplied > nreplied)
@@ -393,7 +512,54 @@ await_replies(NodeRun *runs, int nruns, TimestampTz deadline, int elevel)
 		pfree(waiting);
 }
 
-/* Queue a run's calls behind anything still pending, and start writing */
+/*
+ * A call sent before another one for its sake: SCRIPT LOAD of script, or
+ * ASKING when script is NULL.
+ */
+static RedisCall *
+helper_call(const RedisCall *call, const RedisScript *script)
+{
+	RedisCall  *helper = palloc(sizeof(RedisCall));
+
+	redis_call_init(helper, call->conn, NULL);
+	redis_call_on_node(helper, call->node);
+	helper->helper = true;
+	helper->origin = (void *) script;
+	if (script == NULL)
+		redis_call_arg(helper, "ASKING", 6);
+	return helper;
+}
+
+/* Has the run loaded the script already? */
+static bool
+run_loads_script(const NodeRun *run, const RedisScript *script)
+{
+	int			i;
+
+	for (i = 0; i < run->ncalls; i++)
+		if (run->calls[i]->helper && run->calls[i]->origin == script)
+			return true;
+	return false;
+}
+
+/* Append a call to the run and to its node's pending output */
+static void
+queue_call(NodeRun *run, RedisCall *call)
+{
+	RedisNode  *node = run->node;
+
+	if (call->helper && call->origin != NULL)
+		resp_append_script_load(&node->out, call->origin);
+	else
+		resp_append_call(&node->out, call);
+	node->awaiting++;
+	run->calls[run->ncalls++] = call;
+}
+
+/*
+ * Queue a run's calls behind anything still pending, each preceded by what
+ * it needs (its script loaded, ASKING), and start writing.
+ */
 static void
 send_run(NodeRun *run)
 {
@@ -402,10 +568,17 @@ send_run(NodeRun *run)
 
 	node->checked = false;
 	node->deferred = node->awaiting;
-	for (i = 0; i < run->ncalls; i++)
+	run->calls = palloc(sizeof(RedisCall *) * run->nwanted * 3);
+	run->ncalls = 0;
+	for (i = 0; i < run->nwanted; i++)
 	{
-		resp_append_call(&node->out, run->calls[i]);
-		node->awaiting++;
+		RedisCall  *call = run->wanted[i];
+
+		if (call->load_script && !run_loads_script(run, call->script))
+			queue_call(run, helper_call(call, call->script));
+		if (call->asking)
+			queue_call(run, helper_call(call, NULL));
+		queue_call(run, call);
 	}
 	if (!node_flush(node))
 		fail_run(run, RUN_IO_ERROR, errno);
@@ -417,25 +590,30 @@ send_run(NodeRun *run)
  * closing the connection) when that fails or Redis refuses.
  */
 static bool
-handshake(RedisConn *conn, RedisDeadline deadline, int elevel)
+handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 {
+	RedisConn  *conn = node->conn;
 	RedisCall	calls[2];
 	RedisCall  *pcalls[2];
 	RedisCall  *auth = NULL;
 	NodeRun		run = {0};
 	int			ncalls = 0;
 	int			i;
+	const char *username = node->is_sentinel ? conn->sentinel_username :
+		conn->username;
+	const char *password = node->is_sentinel ? conn->sentinel_password :
+		conn->password;
 
-	if (conn->password != NULL)
+	if (password != NULL)
 	{
 		auth = &calls[ncalls++];
 		redis_call_init(auth, conn, NULL);
 		redis_call_arg(auth, "AUTH", 4);
-		if (conn->username != NULL)
-			redis_call_arg(auth, conn->username, strlen(conn->username));
-		redis_call_arg(auth, conn->password, strlen(conn->password));
+		if (username != NULL)
+			redis_call_arg(auth, username, strlen(username));
+		redis_call_arg(auth, password, strlen(password));
 	}
-	if (conn->database != 0)
+	if (conn->database != 0 && !node->is_sentinel)
 	{
 		redis_call_init(&calls[ncalls], conn, NULL);
 		redis_call_arg(&calls[ncalls], "SELECT", 6);
@@ -446,23 +624,30 @@ handshake(RedisConn *conn, RedisDeadline deadline, int elevel)
 		return true;
 
 	for (i = 0; i < ncalls; i++)
+	{
+		redis_call_on_node(&calls[i], node);
 		pcalls[i] = &calls[i];
-	run.conn = conn;
-	run.node = &conn->node;
-	run.calls = pcalls;
-	run.ncalls = ncalls;
+	}
+	run.node = node;
+	run.wanted = pcalls;
+	run.nwanted = ncalls;
 	send_run(&run);
 	if (run.failure == RUN_OK)
 		await_replies(&run, 1, deadline.at, elevel);
 
 	if (run.failure != RUN_OK)
 	{
-		node_disconnect(&conn->node);
+		int			sqlstate;
+
+		node_disconnect(node);
+		node_set_connect_error(node, psprintf("handshake failed: %s",
+											  failure_reason(&run, deadline,
+															 &sqlstate)));
 		if (run.failure == RUN_TIMED_OUT)
 			ereport(elevel,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("could not connect to Redis server at %s: authentication did not finish within %d ms",
-							conn->node.endpoint, deadline.ms),
+							node->endpoint, deadline.ms),
 					 errhint("Raise redislock.connect_timeout if Redis is only slow.")));
 		else
 			report_failure(&run, deadline, elevel);
@@ -473,19 +658,22 @@ handshake(RedisConn *conn, RedisDeadline deadline, int elevel)
 	{
 		if (calls[i].reply_type != REDIS_REPLY_ERROR)
 			continue;
-		node_disconnect(&conn->node);
+		node_disconnect(node);
+		node_set_connect_error(node, psprintf("refused: %s", calls[i].str));
+		if (&calls[i] == auth)
+			node->connect_sqlstate = ERRCODE_INVALID_PASSWORD;
 		if (&calls[i] == auth)
 			ereport(elevel,
 					(errcode(ERRCODE_INVALID_PASSWORD),
 					 errmsg("Redis server at %s refused authentication",
-							conn->node.endpoint),
+							node->endpoint),
 					 errdetail("Redis answered: %s", calls[i].str),
 					 errhint("Check the username and password options of the user mapping.")));
 		else
 			ereport(elevel,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("Redis server at %s refused to select database %d",
-							conn->node.endpoint, conn->database),
+							node->endpoint, conn->database),
 					 errdetail("Redis answered: %s", calls[i].str)));
 		return false;
 	}
@@ -557,10 +745,16 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 													  redislock_connect_timeout);
 	if (deadline.at < connect_deadline.at)
 		connect_deadline = deadline;
-	if (!node_connect(node, connect_deadline.at, elevel) ||
-		!handshake(run->conn, connect_deadline, elevel))
+	if (!node_connect(node, connect_deadline.at, elevel))
 	{
 		fail_run(run, RUN_NOT_CONNECTED, 0);
+		return false;
+	}
+	/* a Redlock master's refusal counts toward the quorum's, reported there */
+	if (!handshake(node, connect_deadline,
+				   node->conn->kind == REDIS_SERVER_REDLOCK ? DEBUG1 : elevel))
+	{
+		fail_run(run, RUN_NOT_ACCEPTED, 0);
 		return false;
 	}
 	node->checked = true;
@@ -568,18 +762,39 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 }
 
 /*
- * Connect now, raising an ERROR on failure.  Callers use it before a
- * command whose failure after sending leaves state to clean up, so that a
- * Redis that cannot even be reached is told apart from an unknown outcome.
+ * Connect to the node that serves key now, raising an ERROR on failure.
+ * Callers use it before a command whose failure after sending leaves state
+ * to clean up, so that a Redis that cannot even be reached is told apart
+ * from an unknown outcome.  A cluster node or Sentinel-named master that
+ * cannot be reached makes the map or master be asked for again, once.
  */
 void
-redis_connect(RedisConn *conn)
+redis_connect(RedisConn *conn, const char *key, int keylen)
 {
+	RedisDeadline deadline = redis_command_deadline();
+	RedisCall	call;
+	RedisCall  *pcall = &call;
 	NodeRun		run = {0};
 
-	run.conn = conn;
-	run.node = &conn->node;
-	(void) prepare_node(&run, redis_command_deadline(), ERROR);
+	/* a quorum's failures are judged when the call runs */
+	if (conn->kind == REDIS_SERVER_REDLOCK)
+		return;
+	redis_call_init(&call, conn, NULL);
+	redis_call_arg(&call, "", 0);
+	redis_call_arg(&call, key, keylen);
+	redis_route_calls(&pcall, 1, deadline, ERROR, true);
+	run.node = call.node;
+	if (!prepare_node(&run, deadline, ERROR) &&
+		run.failure == RUN_NOT_CONNECTED && conn->kind != REDIS_SERVER_SINGLE)
+	{
+		redis_conn_lost_node(conn);
+		call.node = NULL;
+		redis_route_calls(&pcall, 1, deadline, ERROR, true);
+		run.node = call.node;
+		run.failure = RUN_OK;
+		(void) prepare_node(&run, deadline, ERROR);
+	}
+	report_failure(&run, deadline, ERROR);
 }
 
 /* Report why a node's replies did not all come */
@@ -592,7 +807,12 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 	{
 		case RUN_OK:
 		case RUN_SKIPPED:
+		case RUN_NOT_ACCEPTED:
+		case RUN_REROUTED:
+		case RUN_MOOT:
+			break;
 		case RUN_NOT_CONNECTED:
+			node_report_connect_failure(run->node, elevel);
 			break;
 		case RUN_TIMED_OUT:
 			if (deadline.lock_timeout)
@@ -600,8 +820,8 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 						 errmsg("canceling statement due to lock timeout"),
 						 errdetail("Waited %d ms for Redis lock \"%.*s\" at %s, which did not answer in time; the outcome of the last attempt is unknown.",
-								   deadline.ms, (int) run->calls[0]->argvlen[0],
-								   run->calls[0]->argv[0], endpoint)));
+								   deadline.ms, (int) run->wanted[0]->argvlen[0],
+								   run->wanted[0]->argv[0], endpoint)));
 			ereport(elevel,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("Redis server at %s did not answer within %d ms",
@@ -640,6 +860,55 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 }
 
 /*
+ * Why a run's node did not answer, in a few words for a list of Redlock
+ * masters, and the SQLSTATE that says so
+ */
+static const char *
+failure_reason(const NodeRun *run, RedisDeadline deadline, int *sqlstate)
+{
+	*sqlstate = ERRCODE_CONNECTION_FAILURE;
+	switch (run->failure)
+	{
+		case RUN_NOT_CONNECTED:
+		case RUN_NOT_ACCEPTED:
+			*sqlstate = run->node->connect_sqlstate;
+			return run->node->connect_error;
+		case RUN_TIMED_OUT:
+			return psprintf("no answer within %d ms", deadline.ms);
+		case RUN_GIVEN_UP:
+			*sqlstate = ERRCODE_ADMIN_SHUTDOWN;
+			return "not waited for, the backend is terminating";
+		case RUN_IO_ERROR:
+			return strerror(run->failure_errno);
+		case RUN_CLOSED:
+			return "the server closed the connection";
+		case RUN_PROTOCOL_ERROR:
+			*sqlstate = ERRCODE_PROTOCOL_VIOLATION;
+			return "invalid reply";
+		case RUN_SKIPPED:
+			return "failed earlier in this transaction end";
+		default:
+			return "no answer";
+	}
+}
+
+/*
+ * The copies of Redlock calls that a failed run leaves without a reply
+ * count against their quorum, which reports them all at once.
+ */
+static void
+note_redlock_failure(const NodeRun *run, RedisDeadline deadline)
+{
+	int			sqlstate;
+	const char *reason = failure_reason(run, deadline, &sqlstate);
+	int			i;
+
+	for (i = 0; i < run->nwanted; i++)
+		if (run->wanted[i]->reply_type == 0)
+			redlock_note_failure(run->wanted[i], reason, sqlstate);
+}
+
+/*
  * After a run: close the connections that failed or that Redis said cannot
  * serve, remember the nodes that failed during an end, and report.
  * A node that merely timed out keeps its connection: its late replies are
@@ -658,13 +927,22 @@ conclude_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
 		if (run->failure == RUN_IO_ERROR || run->failure == RUN_CLOSED ||
 			run->failure == RUN_PROTOCOL_ERROR || run->close_after)
 			node_disconnect(run->node);
-		if (run->failure == RUN_OK)
+		if (run->failure != RUN_OK || run->close_after)
+			redis_conn_lost_node(run->node->conn);
+		if (run->failure == RUN_OK || run->failure == RUN_REROUTED ||
+			run->failure == RUN_MOOT)
 			continue;
-		ok = false;
 		if (elevel < ERROR && current_end.active)
 			run->node->failed_end = current_end.id;
 		if (run->failure == RUN_GIVEN_UP)
 			current_end.deadline.at = 0;
+		if (run->node->conn->kind == REDIS_SERVER_REDLOCK)
+		{
+			note_redlock_failure(run, deadline);
+			run->failure = RUN_MOOT;	/* reported with its quorum */
+			continue;
+		}
+		ok = false;
 	}
 	for (i = 0; i < nruns; i++)
 		report_failure(&runs[i], deadline, elevel);
@@ -676,7 +954,7 @@ conclude_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
  * the call pointers come from one allocation.
  */
 static NodeRun *
-group_calls(RedisCall *calls, int ncalls, int *nruns_out)
+group_calls(RedisCall **calls, int ncalls, int *nruns_out)
 {
 	NodeRun    *runs = palloc0(sizeof(NodeRun) * ncalls +
 							   sizeof(RedisCall *) * ncalls);
@@ -688,27 +966,26 @@ group_calls(RedisCall *calls, int ncalls, int *nruns_out)
 	for (i = 0; i < ncalls; i++)
 	{
 		for (r = 0; r < nruns; r++)
-			if (runs[r].conn == calls[i].conn)
+			if (runs[r].node == calls[i]->node)
 				break;
 		if (r == nruns)
 		{
-			runs[r].conn = calls[i].conn;
-			runs[r].node = &calls[i].conn->node;
+			runs[r].node = calls[i]->node;
 			nruns++;
 		}
-		runs[r].ncalls++;
+		runs[r].nwanted++;
 	}
 	for (r = 0; r < nruns; r++)
 	{
-		runs[r].calls = slots;
-		slots += runs[r].ncalls;
-		runs[r].ncalls = 0;
+		runs[r].wanted = slots;
+		slots += runs[r].nwanted;
+		runs[r].nwanted = 0;
 	}
 	for (i = 0; i < ncalls; i++)
 	{
-		for (r = 0; runs[r].conn != calls[i].conn; r++)
+		for (r = 0; runs[r].node != calls[i]->node; r++)
 			;
-		runs[r].calls[runs[r].ncalls++] = &calls[i];
+		runs[r].wanted[runs[r].nwanted++] = calls[i];
 	}
 	*nruns_out = nruns;
 	return runs;
@@ -721,138 +998,14 @@ is_noscript(const RedisCall *call)
 }
 
 /*
- * Queue SCRIPT LOAD, once per script, for the calls of run that Redis
- * answered NOSCRIPT.  The loads come first in rerun's calls; the script a
- * load is for is its origin.
+ * Connect to every run's node and send its calls.  Nodes that failed
+ * earlier in the transaction end under way are skipped.
  */
 static void
-queue_script_loads(NodeRun *rerun, const NodeRun *run)
+start_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
 {
 	int			i;
-	int			j;
 
-	for (i = 0; i < run->ncalls; i++)
-	{
-		const RedisScript *script = run->calls[i]->script;
-		RedisCall  *load;
-
-		if (!is_noscript(run->calls[i]))
-			continue;
-		for (j = 0; j < rerun->ncalls; j++)
-			if (rerun->calls[j]->origin == script)
-				break;
-		if (j < rerun->ncalls)
-			continue;
-		load = palloc(sizeof(RedisCall));
-		redis_call_init(load, run->conn, NULL);
-		load->origin = (void *) script;
-		resp_append_script_load(&rerun->node->out, script);
-		rerun->node->awaiting++;
-		rerun->calls[rerun->ncalls++] = load;
-	}
-}
-
-/*
- * Calls answered NOSCRIPT were not run, so they are safe to send again:
- * load each missing script, then run those calls again, in one more round
- * trip for all nodes.  A script that cannot be loaded (an ACL user without
- * script|load, say) is reported as what it is, not as NOSCRIPT.
- */
-static bool
-rerun_noscript_calls(NodeRun *runs, int nruns, RedisDeadline deadline,
-					 int elevel)
-{
-	NodeRun    *reruns = NULL;
-	int			nreruns = 0;
-	bool		ok;
-	int			r;
-	int			i;
-
-	for (r = 0; r < nruns; r++)
-	{
-		NodeRun    *rerun;
-
-		for (i = 0; i < runs[r].ncalls; i++)
-			if (is_noscript(runs[r].calls[i]))
-				break;
-		if (runs[r].failure != RUN_OK || i == runs[r].ncalls)
-			continue;
-		if (reruns == NULL)
-			reruns = palloc0(sizeof(NodeRun) * nruns);
-		rerun = &reruns[nreruns++];
-		rerun->conn = runs[r].conn;
-		rerun->node = runs[r].node;
-		rerun->calls = palloc(sizeof(RedisCall *) * runs[r].ncalls * 2);
-		queue_script_loads(rerun, &runs[r]);
-		for (i = 0; i < runs[r].ncalls; i++)
-		{
-			if (!is_noscript(runs[r].calls[i]))
-				continue;
-			rerun->calls[rerun->ncalls++] = runs[r].calls[i];
-			resp_append_call(&rerun->node->out, runs[r].calls[i]);
-			rerun->node->awaiting++;
-		}
-		rerun->node->deferred = rerun->node->awaiting - rerun->ncalls;
-		if (!node_flush(rerun->node))
-			fail_run(rerun, RUN_IO_ERROR, errno);
-	}
-	if (nreruns == 0)
-		return true;
-
-	await_replies(reruns, nreruns, deadline.at, elevel);
-	ok = conclude_runs(reruns, nreruns, deadline, elevel);
-	for (r = 0; r < nreruns; r++)
-	{
-		for (i = 0; i < reruns[r].nreplied; i++)
-		{
-			RedisCall  *load = reruns[r].calls[i];
-
-			if (load->script != NULL || load->reply_type != REDIS_REPLY_ERROR)
-				continue;
-			ok = false;
-			ereport(elevel,
-					(errcode(error_reply_sqlstate(load)),
-					 errmsg("could not load Redis script \"%s\": %.*s",
-							((const RedisScript *) load->origin)->name,
-							(int) strcspn(load->str, " "), load->str),
-					 errdetail("Redis server at %s answered: %s",
-							   reruns[r].node->endpoint, load->str),
-					 error_reply_hint(load)));
-		}
-		/* calls that could not be run again have no reply */
-		for (i = 0; i < reruns[r].ncalls; i++)
-			if (is_noscript(reruns[r].calls[i]) || i >= reruns[r].nreplied)
-				reruns[r].calls[i]->reply_type = 0;
-	}
-	return ok;
-}
-
-/*
- * Run calls on their nodes, all in one round trip (two when scripts must be
- * loaded), within the deadline.  Error replies are left for the caller to
- * interpret.  Failures to reach a node are reported at elevel; when elevel
- * is below ERROR the run goes on with the other nodes and returns false,
- * and the calls that got no reply have reply_type 0.  A run for a SQL
- * function (elevel ERROR) closes the transaction end in progress, if any:
- * the next end gets a deadline of its own.
- */
-bool
-redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
-				int elevel)
-{
-	NodeRun    *runs;
-	int			nruns;
-	bool		ok;
-	int			i;
-
-	if (ncalls == 0)
-		return true;
-	if (elevel >= ERROR)
-		current_end.active = false;
-	for (i = 0; i < ncalls; i++)
-		calls[i].reply_type = 0;
-
-	runs = group_calls(calls, ncalls, &nruns);
 	for (i = 0; i < nruns; i++)
 	{
 		if (elevel < ERROR && current_end.active &&
@@ -861,11 +1014,223 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 		else if (prepare_node(&runs[i], deadline, elevel))
 			send_run(&runs[i]);
 	}
-	await_replies(runs, nruns, deadline.at, elevel);
-	ok = conclude_runs(runs, nruns, deadline, elevel);
-	if (!rerun_noscript_calls(runs, nruns, deadline, elevel))
+}
+
+/*
+ * A cluster node or Sentinel-named master that cannot be reached may have
+ * been replaced: nothing was sent to it, so its calls are routed again once
+ * the slot map or master has been asked for afresh.  That is done once per set of calls; *rerouted says
+ * whether it was.
+ */
+static void
+reroute_unreachable(NodeRun *runs, int nruns, bool *rerouted)
+{
+	int			i;
+	int			j;
+
+	if (*rerouted)
+		return;
+	for (i = 0; i < nruns; i++)
+	{
+		if (runs[i].failure != RUN_NOT_CONNECTED ||
+			runs[i].node->conn->kind == REDIS_SERVER_SINGLE)
+			continue;
+		for (j = 0; j < runs[i].nwanted; j++)
+			if (runs[i].wanted[j]->node_given)
+				break;
+		if (j < runs[i].nwanted)
+			continue;
+		*rerouted = true;
+		runs[i].failure = RUN_REROUTED;
+		for (j = 0; j < runs[i].nwanted; j++)
+			runs[i].wanted[j]->node = NULL;
+	}
+}
+
+/*
+ * Report the scripts that could not be loaded, as what they are rather
+ * than NOSCRIPT (an ACL user without script|load, say).  The calls that
+ * needed them get no reply.
+ */
+static bool
+report_failed_loads(NodeRun *runs, int nruns, int elevel)
+{
+	bool		ok = true;
+	int			r;
+	int			i;
+
+	for (r = 0; r < nruns; r++)
+	{
+		for (i = 0; i < runs[r].nreplied; i++)
+		{
+			RedisCall  *load = runs[r].calls[i];
+
+			if (!load->helper || load->origin == NULL ||
+				load->reply_type != REDIS_REPLY_ERROR)
+				continue;
+			ok = false;
+			ereport(elevel,
+					(errcode(error_reply_sqlstate(load)),
+					 errmsg("could not load Redis script \"%s\": %.*s",
+							((const RedisScript *) load->origin)->name,
+							(int) strcspn(load->str, " "), load->str),
+					 errdetail("Redis server at %s answered: %s",
+							   runs[r].node->endpoint, load->str),
+					 error_reply_hint(load)));
+			for (i = 0; i < runs[r].nwanted; i++)
+				if (is_noscript(runs[r].wanted[i]))
+					runs[r].wanted[i]->reply_type = 0;
+			break;
+		}
+	}
+	return ok;
+}
+
+/*
+ * Wait a little before sending calls answered TRYAGAIN again, serving
+ * interrupts.  False when the deadline leaves no time for that.
+ */
+static bool
+pause_before_retry(RedisDeadline deadline, int elevel)
+{
+	long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													   deadline.at);
+
+	if (left <= TRYAGAIN_PAUSE_MS)
+		return false;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 TRYAGAIN_PAUSE_MS, redislock_wait_event);
+	ResetLatch(MyLatch);
+	if (elevel >= ERROR)
+		CHECK_FOR_INTERRUPTS();
+	return true;
+}
+
+/*
+ * Should a call of this round go out again?  Yes when it was not run:
+ * rerouted, answered NOSCRIPT (its script is loaded first), redirected,
+ * READONLY from a master that became a replica, or TRYAGAIN (*tryagain is
+ * set); and when the call it follows goes out again.
+ */
+static bool
+send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
+{
+	call->asking = false;
+	if (call->follows != NULL && call->follows->sent_again)
+	{
+		call->node = NULL;		/* it goes where that call goes */
+		return true;
+	}
+	if (run->failure == RUN_REROUTED)
+		return true;
+	if (is_noscript(call))
+	{
+		call->load_script = true;
+		return true;
+	}
+	if (redis_follow_redirect(call))
+		return true;
+	if (redis_reply_is_error(call, "READONLY") &&
+		call->conn->kind != REDIS_SERVER_SINGLE && !call->node_given)
+	{
+		call->node = NULL;		/* ask again where the master is */
+		return true;
+	}
+	if (redis_reply_is_error(call, "TRYAGAIN"))
+	{
+		*tryagain = true;
+		return true;
+	}
+	return false;
+}
+
+/*
+ * The calls of this round that go out again, in pending.  Returns their
+ * number: 0 when calls answered TRYAGAIN and the deadline leaves no time
+ * for a pause.
+ */
+static int
+calls_to_send_again(NodeRun *runs, int nruns, RedisCall **pending,
+					RedisDeadline deadline, int elevel)
+{
+	int			npending = 0;
+	bool		tryagain = false;
+	int			r;
+	int			i;
+
+	for (r = 0; r < nruns; r++)
+	{
+		for (i = 0; i < runs[r].nwanted; i++)
+		{
+			RedisCall  *call = runs[r].wanted[i];
+
+			call->sent_again = send_again(&runs[r], call, &tryagain);
+			if (call->sent_again)
+				pending[npending++] = call;
+		}
+	}
+	if (tryagain && !pause_before_retry(deadline, elevel))
+		return 0;
+	return npending;
+}
+
+/*
+ * Run calls on their nodes, all in one round trip, within the deadline;
+ * calls that were not run (see above) are sent again in further round
+ * trips while the deadline allows.  Error replies are left for the caller
+ * to interpret.  Failures to reach a node are reported at elevel; when
+ * elevel is below ERROR the run goes on with the other nodes and returns
+ * false, and the calls that got no reply have reply_type 0.  A run for a
+ * SQL function (elevel ERROR) closes the transaction end in progress, if
+ * any: the next end gets a deadline of its own.
+ */
+bool
+redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
+				int elevel)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	RedisCall **pending;
+	int			npending;
+	bool		rerouted = false;
+	bool		ok = true;
+	int			round;
+	int			i;
+
+	if (ncalls == 0)
+		return true;
+	if (elevel >= ERROR)
+		current_end.active = false;
+	pending = redlock_expand_calls(calls, ncalls, &npending);
+	for (i = 0; i < npending; i++)
+	{
+		pending[i]->asking = false;
+		pending[i]->load_script = false;
+		pending[i]->sent_again = false;
+	}
+
+	for (round = 1; npending > 0 && round <= MAX_ROUNDS; round++)
+	{
+		NodeRun    *runs;
+		int			nruns;
+
+		for (i = 0; i < npending; i++)
+			pending[i]->reply_type = 0;
+		redlock_start_round(pending, npending);
+		redis_route_calls(pending, npending, deadline, elevel, true);
+		runs = group_calls(pending, npending, &nruns);
+		start_runs(runs, nruns, deadline, elevel);
+		await_replies(runs, nruns, deadline.at, elevel);
+		reroute_unreachable(runs, nruns, &rerouted);
+		if (!conclude_runs(runs, nruns, deadline, elevel))
+			ok = false;
+		if (!report_failed_loads(runs, nruns, elevel))
+			ok = false;
+		npending = calls_to_send_again(runs, nruns, pending, deadline, elevel);
+		pfree(runs);
+	}
+	pfree(pending);
+	if (!redlock_decide_calls(calls, ncalls, start, elevel))
 		ok = false;
-	pfree(runs);
 	return ok;
 }
 
@@ -924,24 +1289,33 @@ redis_end_finish(void)
 /*
  * Send calls whose replies nobody waits for (clean-up after commit): they
  * cost no round trip now, and their replies are dropped when the node is
- * next used.  Nodes that are not connected, or failed during this end, are
- * left alone; what the calls would clean up is found again later.
+ * next used.  Calls go where the server's last known map or master says,
+ * without asking; nodes that are not connected, or failed during this end,
+ * are left alone.  What the calls would clean up is found again later.
  */
 void
 redis_send_deferred(RedisCall *calls, int ncalls)
 {
+	int			npending;
+	RedisCall **pending = redlock_expand_calls(calls, ncalls, &npending);
 	int			i;
 
-	for (i = 0; i < ncalls; i++)
+	redis_route_calls(pending, npending, redis_command_deadline(), WARNING,
+					  false);
+	for (i = 0; i < npending; i++)
 	{
-		RedisNode  *node = &calls[i].conn->node;
+		RedisNode  *node = pending[i]->node;
 
-		if (!node_is_connected(node) ||
+		/* a Sentinel server whose master is not known yet */
+		if (node->is_sentinel || !node_is_connected(node) ||
 			(current_end.active && node->failed_end == current_end.id))
 			continue;
-		resp_append_call(&node->out, &calls[i]);
+		resp_append_call(&node->out, pending[i]);
 		node->awaiting++;
 		if (!node_flush(node))
 			node_disconnect(node);
 	}
+	for (i = 0; i < ncalls; i++)
+		calls[i].quorum = NULL;
+	pfree(pending);
 }

@@ -44,6 +44,7 @@ static Oid	server_oid_resolved = InvalidOid;
 PG_FUNCTION_INFO_V1(redis_connections);
 PG_FUNCTION_INFO_V1(redis_disconnect);
 PG_FUNCTION_INFO_V1(redis_disconnect_all);
+PG_FUNCTION_INFO_V1(redis_server_nodes);
 
 /* Is the entry in use: holding locks or decrements, or used by the xact? */
 static bool
@@ -75,7 +76,7 @@ invalidate_connections(Datum arg, int cacheid, uint32 hashvalue)
 		{
 			conn->invalidated = true;
 			if (!conn_in_use(conn))
-				node_disconnect(&conn->node);
+				redis_conn_disconnect(conn);
 		}
 	}
 }
@@ -116,30 +117,61 @@ user_mapping_options(Oid userid, Oid serverid)
 	return options;
 }
 
+/* Is any node of the entry connected? */
+bool
+redis_conn_is_connected(const RedisConn *conn)
+{
+	int			i;
+
+	for (i = 0; i < conn->nnodes; i++)
+		if (node_is_connected(conn->nodes[i]))
+			return true;
+	return false;
+}
+
+/* Close the connections to every node of the entry */
+void
+redis_conn_disconnect(RedisConn *conn)
+{
+	int			i;
+
+	for (i = 0; i < conn->nnodes; i++)
+		node_disconnect(conn->nodes[i]);
+}
+
 /* Free a connection entry that is no longer wanted */
 static void
 free_connection(RedisConn *conn)
 {
-	node_disconnect(&conn->node);
+	int			i;
+
+	for (i = 0; i < conn->nnodes; i++)
+		node_destroy(conn->nodes[i]);
 	dlist_delete(&conn->node_link);
 	MemoryContextDelete(conn->cxt);
 	pfree(conn);
 }
 
-/* Replace conn's option copy with the options of the catalog */
+/*
+ * Give conn the options of the catalog, and the nodes they name: a single
+ * server's one node, or a cluster's seeds.
+ */
 static void
 set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
 {
-	MemoryContext oldcxt;
+	MemoryContext oldcxt = MemoryContextSwitchTo(conn->cxt);
+	const char *host = "127.0.0.1";
+	int			port = 6379;
+	const char *unix_socket = NULL;
+	const char *cluster = NULL;
+	const char *sentinels = NULL;
+	const char *masters = NULL;
+	const char *bad_entry;
 	ListCell   *lc;
 
-	MemoryContextReset(conn->cxt);
-	oldcxt = MemoryContextSwitchTo(conn->cxt);
-
-	conn->node.host = pstrdup("127.0.0.1");
-	conn->node.port = 6379;
-	conn->node.unix_socket = NULL;
 	conn->database = 0;
+	conn->min_replicas = 0;
+	conn->replica_timeout = 100;
 	conn->key_prefix = pstrdup("");
 	conn->username = NULL;
 	conn->password = NULL;
@@ -150,11 +182,27 @@ set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
 		char	   *value = pstrdup(defGetString(def));
 
 		if (strcmp(def->defname, "host") == 0)
-			conn->node.host = value;
+			host = value;
 		else if (strcmp(def->defname, "port") == 0)
-			conn->node.port = pg_strtoint32(value);
+			port = pg_strtoint32(value);
 		else if (strcmp(def->defname, "unix_socket") == 0)
-			conn->node.unix_socket = value;
+			unix_socket = value;
+		else if (strcmp(def->defname, "cluster") == 0)
+			cluster = value;
+		else if (strcmp(def->defname, "sentinel") == 0)
+			sentinels = value;
+		else if (strcmp(def->defname, "redlock") == 0)
+			masters = value;
+		else if (strcmp(def->defname, "sentinel_master") == 0)
+			conn->sentinel_master = value;
+		else if (strcmp(def->defname, "sentinel_username") == 0)
+			conn->sentinel_username = value;
+		else if (strcmp(def->defname, "sentinel_password") == 0)
+			conn->sentinel_password = value;
+		else if (strcmp(def->defname, "min_replicas") == 0)
+			conn->min_replicas = pg_strtoint32(value);
+		else if (strcmp(def->defname, "replica_timeout") == 0)
+			conn->replica_timeout = pg_strtoint32(value);
 		else if (strcmp(def->defname, "database") == 0)
 			conn->database = pg_strtoint32(value);
 		else if (strcmp(def->defname, "key_prefix") == 0)
@@ -165,12 +213,21 @@ set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
 			conn->password = value;
 	}
 
-	if (conn->node.unix_socket != NULL)
-		conn->node.endpoint = psprintf("%s", conn->node.unix_socket);
+	if (cluster != NULL)
+		redis_conn_set_seeds(conn, redis_parse_endpoints(cluster, &bad_entry));
+	else if (sentinels != NULL)
+		redis_conn_set_sentinels(conn,
+								 redis_parse_endpoints(sentinels, &bad_entry));
+	else if (masters != NULL)
+		redis_conn_set_masters(conn, redis_parse_endpoints(masters, &bad_entry));
 	else
-		conn->node.endpoint = psprintf("%s:%d", conn->node.host,
-									   conn->node.port);
-
+	{
+		conn->kind = REDIS_SERVER_SINGLE;
+		conn->nodes = palloc(sizeof(RedisNode *));
+		conn->nodes[0] = node_create(conn, host, port, unix_socket);
+		conn->nodes[0]->role = "master";
+		conn->nnodes = conn->maxnodes = 1;
+	}
 	MemoryContextSwitchTo(oldcxt);
 }
 
@@ -187,21 +244,43 @@ new_connection(Oid serverid, Oid userid)
 	conn->cxt = AllocSetContextCreate(TopMemoryContext,
 									  "redislock connection options",
 									  ALLOCSET_SMALL_SIZES);
-	conn->node.sock = PGINVALID_SOCKET;
 	dlist_push_tail(&connections, &conn->node_link);
 	return conn;
 }
 
 /*
+ * Check that the current user may use the server.  Privileges are checked
+ * on every call, as role membership can change without any catalog event
+ * we would see.
+ */
+static void
+check_server_usage(Oid serverid, const char *servername)
+{
+	AclResult	aclresult;
+
+#if PG_VERSION_NUM >= 160000
+	aclresult = object_aclcheck(ForeignServerRelationId, serverid,
+								GetUserId(), ACL_USAGE);
+#else
+	aclresult = pg_foreign_server_aclcheck(serverid, GetUserId(), ACL_USAGE);
+#endif
+	if (aclresult != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for foreign server %s", servername),
+				 errhint("An administrator can allow its use with GRANT USAGE ON FOREIGN SERVER %s TO %s.",
+						 quote_identifier(servername),
+						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
+}
+
+/*
  * The OID of the foreign server named by redislock.server, after checking
- * that the current user may use it.  Privileges are checked on every call,
- * as role membership can change without any catalog event we would see.
+ * that the current user may use it.
  */
 static Oid
 current_server_oid(void)
 {
 	Oid			serverid = server_oid_resolved;
-	AclResult	aclresult;
 
 	if (!OidIsValid(serverid) ||
 		strcmp(server_name_resolved, redislock_server_name) != 0)
@@ -217,21 +296,7 @@ current_server_oid(void)
 				 errmsg("foreign server \"%s\" does not exist",
 						redislock_server_name),
 				 errhint("Set redislock.server to a foreign server of the foreign data wrapper redislock.")));
-
-#if PG_VERSION_NUM >= 160000
-	aclresult = object_aclcheck(ForeignServerRelationId, serverid,
-								GetUserId(), ACL_USAGE);
-#else
-	aclresult = pg_foreign_server_aclcheck(serverid, GetUserId(), ACL_USAGE);
-#endif
-	if (aclresult != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for foreign server %s",
-						redislock_server_name),
-				 errhint("An administrator can allow its use with GRANT USAGE ON FOREIGN SERVER %s TO %s.",
-						 quote_identifier(redislock_server_name),
-						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
+	check_server_usage(serverid, redislock_server_name);
 	return serverid;
 }
 
@@ -276,14 +341,13 @@ refreshed_connection(RedisConn *conn, Oid serverid, Oid userid)
 }
 
 /*
- * The connection entry for redislock.server and the current user, with
- * options re-read from the catalog when they may have changed.  It is not
+ * The connection entry for serverid and the current user, with options
+ * re-read from the catalog when they may have changed.  It is not
  * necessarily connected: redis_run() connects.
  */
-RedisConn *
-redis_conn_current(void)
+static RedisConn *
+connection_for(Oid serverid)
 {
-	Oid			serverid = current_server_oid();
 	Oid			userid = GetUserId();
 	RedisConn  *conn = NULL;
 	dlist_iter	iter;
@@ -302,6 +366,15 @@ redis_conn_current(void)
 	}
 	if (conn == NULL || conn->invalidated)
 		conn = refreshed_connection(conn, serverid, userid);
+	return conn;
+}
+
+/* The connection entry for redislock.server and the current user */
+RedisConn *
+redis_conn_current(void)
+{
+	RedisConn  *conn = connection_for(current_server_oid());
+
 	conn->used_in_xact = true;
 	return conn;
 }
@@ -337,7 +410,7 @@ redis_conns_end_xact(void)
 
 		conn->used_in_xact = false;
 		if ((conn->invalidated || conn->retired) && !conn_in_use(conn))
-			node_disconnect(&conn->node);
+			redis_conn_disconnect(conn);
 	}
 }
 
@@ -357,24 +430,30 @@ redis_connections(PG_FUNCTION_ARGS)
 	dlist_foreach(iter, &connections)
 	{
 		RedisConn  *conn = dlist_container(RedisConn, node_link, iter.cur);
-		ForeignServer *server;
-		Datum		values[5];
-		bool		nulls[5] = {false};
+		ForeignServer *server = GetForeignServerExtended(conn->serverid,
+														 FSV_MISSING_OK);
+		int			i;
 
-		if (!node_is_connected(&conn->node))
-			continue;
-		server = GetForeignServerExtended(conn->serverid, FSV_MISSING_OK);
-		if (server != NULL)
-			values[0] = DirectFunctionCall1(namein,
-											CStringGetDatum(server->servername));
-		else
-			nulls[0] = true;
-		values[1] = CStringGetTextDatum(conn->node.endpoint);
-		values[2] = DirectFunctionCall1(namein,
-										CStringGetDatum(GetUserNameFromId(conn->userid, false)));
-		values[3] = BoolGetDatum(conn_in_use(conn));
-		values[4] = BoolGetDatum(!conn->invalidated && !conn->retired);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		for (i = 0; i < conn->nnodes; i++)
+		{
+			Datum		values[5];
+			bool		nulls[5] = {false};
+
+			if (!node_is_connected(conn->nodes[i]))
+				continue;
+			if (server != NULL)
+				values[0] = DirectFunctionCall1(namein,
+												CStringGetDatum(server->servername));
+			else
+				nulls[0] = true;
+			values[1] = CStringGetTextDatum(conn->nodes[i]->endpoint);
+			values[2] = DirectFunctionCall1(namein,
+											CStringGetDatum(GetUserNameFromId(conn->userid, false)));
+			values[3] = BoolGetDatum(conn_in_use(conn));
+			values[4] = BoolGetDatum(!conn->invalidated && !conn->retired);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+								 nulls);
+		}
 	}
 	return (Datum) 0;
 }
@@ -394,7 +473,7 @@ disconnect_unused(Oid serverid)
 		RedisConn  *conn = dlist_container(RedisConn, node_link, iter.cur);
 
 		if ((OidIsValid(serverid) && conn->serverid != serverid) ||
-			!node_is_connected(&conn->node))
+			!redis_conn_is_connected(conn))
 			continue;
 		if (conn_in_use(conn))
 		{
@@ -404,11 +483,11 @@ disconnect_unused(Oid serverid)
 			ereport(WARNING,
 					(errcode(ERRCODE_OBJECT_IN_USE),
 					 errmsg("cannot close connection for server \"%s\" because it is still in use",
-							server ? server->servername : conn->node.endpoint),
+							server ? server->servername : conn->nodes[0]->endpoint),
 					 errdetail("It holds Redis locks or stock decrements, or the current transaction used it.")));
 			continue;
 		}
-		node_disconnect(&conn->node);
+		redis_conn_disconnect(conn);
 		closed = true;
 	}
 	return closed;
@@ -430,4 +509,48 @@ Datum
 redis_disconnect_all(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(disconnect_unused(InvalidOid));
+}
+
+/*
+ * redis_server_nodes(server): the nodes this backend knows of a server
+ * (that of redislock.server when NULL), as (endpoint, role, slots,
+ * connected).  It shows what the backend last learned and asks Redis
+ * nothing.
+ */
+Datum
+redis_server_nodes(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RedisConn  *conn;
+	int			i;
+
+	if (PG_ARGISNULL(0))
+		conn = connection_for(current_server_oid());
+	else
+	{
+		ForeignServer *server = GetForeignServerByName(NameStr(*PG_GETARG_NAME(0)),
+													   false);
+
+		check_server_usage(server->serverid, server->servername);
+		conn = connection_for(server->serverid);
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (i = 0; i < conn->nnodes; i++)
+	{
+		RedisNode  *node = conn->nodes[i];
+		char	   *slots = redis_node_slots(conn, i);
+		Datum		values[4];
+		bool		nulls[4] = {false};
+
+		values[0] = CStringGetTextDatum(node->endpoint);
+		values[1] = CStringGetTextDatum(node->role);
+		if (slots != NULL)
+			values[2] = CStringGetTextDatum(slots);
+		else
+			nulls[2] = true;
+		values[3] = BoolGetDatum(node_is_connected(node));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }

@@ -73,6 +73,13 @@ typedef struct HeldLock
 static HTAB *held_locks = NULL;
 static MemoryContext locks_cxt = NULL;
 
+/* The Redis node that serves a lock's key now, for messages */
+static const char *
+lock_endpoint(const HeldLock *lock)
+{
+	return redis_key_endpoint(lock->conn, lock->tag.key, lock->tag.keylen);
+}
+
 /*
  * The locks the current transaction took holds on or may have left in
  * Redis.  Transaction and savepoint ends visit these only, so that their
@@ -278,13 +285,18 @@ drop_one_hold(HeldLock *lock)
 		lock->nlevels--;
 }
 
-/* The lock and the time its lease, renewed at now, runs out */
+/*
+ * The lock's ttl and the time its lease, renewed by a call that started at
+ * start, runs out.  On a Redlock server the masters' clocks may drift
+ * apart, and the lease is shorter by what they may.
+ */
 static void
-set_lease(HeldLock *lock, int ttl_ms)
+set_lease(HeldLock *lock, int ttl_ms, TimestampTz start)
 {
 	lock->ttl_ms = ttl_ms;
-	lock->lease_expires_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														 ttl_ms);
+	lock->lease_expires_at =
+		TimestampTzPlusMilliseconds(start, ttl_ms -
+									redlock_drift_ms(lock->conn, ttl_ms));
 }
 
 /* Add the lock's key to a call */
@@ -368,29 +380,58 @@ attempt_deadline(TimestampTz start, int wait_ms)
 	return deadline;
 }
 
-/* One attempt at taking the lock in Redis: true when taken */
-static bool
-try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
+/*
+ * Delete a lock just taken, and its fencing token, because too few
+ * replicas acknowledged it; then report that.
+ */
+static void
+abandon_lock(HeldLock *lock, const RedisCall *wait)
 {
 	RedisCall	call;
 
-	redis_call_init(&call, lock->conn, &acquire_script);
+	redis_call_init(&call, lock->conn, &abandon_script);
 	add_lock_keys(&call, lock);
 	add_token_arg(&call);
-	redis_call_int_arg(&call, ttl_ms);
+	redis_run(&call, 1);
+	script_result(&call, user_key(lock));
+	lock->in_redis = false;
+	redis_report_replicas(wait, user_key(lock), "the lock was released");
+}
+
+/*
+ * One attempt at taking the lock in Redis: true when taken.  With the
+ * server's min_replicas, the replicas must acknowledge it in the same round
+ * trip, or it is released again and that is an error.
+ */
+static bool
+try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	RedisCall	calls[2];
+	RedisCall  *call = &calls[0];
+	int			ncalls = 1;
+
+	redis_call_init(call, lock->conn, &acquire_script);
+	add_lock_keys(call, lock);
+	add_token_arg(call);
+	redis_call_int_arg(call, ttl_ms);
+	if (lock->conn->min_replicas > 0)
+		redis_call_wait_replicas(&calls[ncalls++], call);
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
-	redis_run_until(&call, 1, deadline, ERROR);
-	if (call.reply_type != REDIS_REPLY_STRING)
+	redis_run_until(calls, ncalls, deadline, ERROR);
+	if (call->reply_type != REDIS_REPLY_STRING)
 	{
 		/* known outcome: not taken (an error reply means nothing was set) */
 		lock->in_redis = false;
-		script_result(&call, user_key(lock));
+		script_result(call, user_key(lock));
 		return false;
 	}
-	lock->fence = pg_strtoint64(call.str);
-	lock->acquired_at = GetCurrentTimestamp();
-	set_lease(lock, ttl_ms);
+	if (ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
+		abandon_lock(lock, &calls[1]);
+	lock->fence = pg_strtoint64(call->str);
+	lock->acquired_at = start;
+	set_lease(lock, ttl_ms, start);
 	return true;
 }
 
@@ -425,7 +466,7 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("canceling statement due to lock timeout"),
 					 errdetail("Waited %ld ms for Redis lock \"%s\" at %s.",
-							   elapsed, user_key(lock), lock->conn->node.endpoint)));
+							   elapsed, user_key(lock), lock_endpoint(lock))));
 		return false;
 	}
 
@@ -450,7 +491,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	TimestampTz start = GetCurrentTimestamp();
 	int			delay_ms = WAIT_MIN_DELAY_MS;
 
-	redis_connect(lock->conn);
+	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen);
 	while (!try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
 	{
 		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
@@ -467,6 +508,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 static void
 renew_held_lock(HeldLock *lock, int ttl_ms)
 {
+	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	call;
 
 	prepare_extend(&call, lock, ttl_ms);
@@ -476,9 +518,9 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
 				 errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
-						   lock->conn->node.endpoint),
+						   lock_endpoint(lock)),
 				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
-	set_lease(lock, ttl_ms);
+	set_lease(lock, ttl_ms, start);
 }
 
 static int
@@ -590,7 +632,7 @@ warn_lost(HeldLock *lock)
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
 			 errdetail("The lock at Redis server %s expired or was taken by another client; the key was left alone.",
-					   lock->conn->node.endpoint)));
+					   lock_endpoint(lock))));
 }
 
 /*
@@ -673,6 +715,7 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 {
 	int			ttl_ms = validated_ttl(fcinfo, 1);
 	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	call;
 
 	if (lock == NULL || total_holds(lock) == 0)
@@ -688,7 +731,7 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 		warn_lost(lock);
 		PG_RETURN_BOOL(false);
 	}
-	set_lease(lock, ttl_ms);
+	set_lease(lock, ttl_ms, start);
 	PG_RETURN_BOOL(true);
 }
 
@@ -766,6 +809,7 @@ locks_have_xact_holds(void)
 void
 locks_verify_before_commit(void)
 {
+	TimestampTz start;
 	dlist_iter	iter;
 	HeldLock   *lock;
 	RedisCall  *calls;
@@ -788,6 +832,7 @@ locks_verify_before_commit(void)
 	if (ncalls == 0)
 		return;
 
+	start = GetCurrentTimestamp();
 	redis_run(calls, ncalls);
 	for (i = 0; i < ncalls; i++)
 	{
@@ -801,10 +846,10 @@ locks_verify_before_commit(void)
 					 errmsg("Redis lock \"%s\" was lost before commit",
 							user_key(lock)),
 					 errdetail("The lock at Redis server %s expired or was taken by another client while the transaction held it.",
-							   lock->conn->node.endpoint),
+							   lock_endpoint(lock)),
 					 errhint("Retry the transaction; a longer ttl_ms may help.")));
 		}
-		set_lease(lock, lock->ttl_ms);
+		set_lease(lock, lock->ttl_ms, start);
 	}
 }
 

@@ -271,20 +271,60 @@ open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
 	return sock;
 }
 
-/* Report a failed connect at elevel */
-static void
-report_connect_failure(RedisNode *node, int err, const char *reason,
-					   int elevel)
+/*
+ * Remember why a connect failed.  Connect failures are reported by the
+ * caller, which may first try another node of the same server.
+ */
+void
+node_set_connect_error(RedisNode *node, const char *reason)
 {
-	if (reason == NULL)
-		reason = err != 0 ? strerror(err) : psprintf("timed out after %d ms",
-													 redislock_connect_timeout);
+	node->connect_sqlstate = ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION;
+	if (node->connect_error != NULL)
+		pfree(node->connect_error);
+	node->connect_error = MemoryContextStrdup(TopMemoryContext, reason);
+}
+
+/* Report the last connect failure of the node at elevel */
+void
+node_report_connect_failure(const RedisNode *node, int elevel)
+{
 	ereport(elevel,
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 			 errmsg("could not connect to Redis server at %s: %s",
-					node->endpoint, reason),
+					node->endpoint,
+					node->connect_error ? node->connect_error : "unknown error"),
 			 errhint("Check that Redis is running and that the options of foreign server \"%s\" are right.",
 					 redislock_server_name)));
+}
+
+/*
+ * A new, disconnected node of conn, in conn's memory.  host is NULL for a
+ * Unix socket.
+ */
+RedisNode *
+node_create(struct RedisConn *conn, const char *host, int port,
+			const char *unix_socket)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(conn->cxt);
+	RedisNode  *node = palloc0(sizeof(RedisNode));
+
+	node->conn = conn;
+	node->role = "unknown";
+	node->sock = PGINVALID_SOCKET;
+	node->port = port;
+	if (unix_socket != NULL)
+	{
+		node->unix_socket = pstrdup(unix_socket);
+		node->endpoint = node->unix_socket;
+	}
+	else
+	{
+		node->host = pstrdup(host);
+		node->endpoint = strchr(host, ':') != NULL ?
+			psprintf("[%s]:%d", host, port) : psprintf("%s:%d", host, port);
+	}
+	MemoryContextSwitchTo(oldcxt);
+	return node;
 }
 
 /*
@@ -310,8 +350,9 @@ node_release_buffers(RedisNode *node)
 
 /*
  * Connect the node: a socket, its wait set and a reader.  The handshake
- * (AUTH, SELECT) is the caller's.  Returns false after reporting at
- * elevel.
+ * (AUTH, SELECT) is the caller's.  Returns false when that fails, with the
+ * reason kept for node_report_connect_failure(); elevel says only whether
+ * interrupts are served while waiting.
  */
 bool
 node_connect(RedisNode *node, TimestampTz deadline, int elevel)
@@ -323,22 +364,23 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 	Assert(node->sock == PGINVALID_SOCKET);
 	if (!AcquireExternalFD())
 	{
-		ereport(elevel,
-				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-				 errmsg("could not connect to Redis server at %s",
-						node->endpoint),
-				 errdetail("There are too many open files on the local server."),
-				 errhint("Raise the server's max_files_per_process and/or \"ulimit -n\" limits.")));
+		node_set_connect_error(node, "too many open files on the local server (see max_files_per_process)");
 		return false;
 	}
 	sock = open_socket(node, deadline, elevel, &err, &reason);
 	if (sock == PGINVALID_SOCKET)
 	{
 		ReleaseExternalFD();
-		report_connect_failure(node, err, reason, elevel);
+		if (reason == NULL)
+			reason = err != 0 ? strerror(err) :
+				psprintf("timed out after %d ms", redislock_connect_timeout);
+		node_set_connect_error(node, reason);
 		return false;
 	}
 
+	if (node->connect_error != NULL)
+		pfree(node->connect_error);
+	node->connect_error = NULL;
 	node->sock = sock;
 	node->reader = redisReaderCreate();
 	node->waitset = CreateWaitEventSet(TopMemoryContext, 3);
@@ -381,6 +423,19 @@ node_disconnect(RedisNode *node)
 	if (node->out.data != NULL)
 		resetStringInfo(&node->out);
 	node_release_buffers(node);
+}
+
+/* Close the node and free what it keeps outside its server's memory */
+void
+node_destroy(RedisNode *node)
+{
+	node_disconnect(node);
+	if (node->out.data != NULL)
+		pfree(node->out.data);
+	node->out.data = NULL;
+	if (node->connect_error != NULL)
+		pfree(node->connect_error);
+	node->connect_error = NULL;
 }
 
 bool

@@ -206,26 +206,14 @@ put_record_row(ReturnSetInfo *rsinfo, const FoundRecord *record,
 }
 
 /*
- * redis_stock_recover(): settle this cluster's decrement records on the
- * server of redislock.server, one SCAN page at a time, and return one row
- * per record found: (key, xid, qty, buyer, outcome).  Records of
- * transactions in progress, or whose status PostgreSQL no longer keeps, are
- * left as they are.
+ * Settle the records on one node, one SCAN page at a time, adding a row per
+ * record found to the result.
  */
-Datum
-redis_stock_recover(PG_FUNCTION_ARGS)
+static void
+recover_node(ReturnSetInfo *rsinfo, RedisConn *conn, RedisNode *node,
+			 const char *pattern, int prefixlen, uint64 sysid)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	RedisConn  *conn = redis_conn_current();
-	int			prefixlen = strlen(conn->key_prefix);
-	uint64		sysid = GetSystemIdentifier();
-	StringInfoData pattern;
 	char	   *cursor = "0";
-
-	InitMaterializedSRF(fcinfo, 0);
-	initStringInfo(&pattern);
-	append_glob_escaped(&pattern, conn->key_prefix);
-	appendStringInfoString(&pattern, "{*}:ops:*");
 
 	do
 	{
@@ -236,15 +224,16 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 		int			i;
 
 		redis_call_init(&scan, conn, NULL);
+		redis_call_on_node(&scan, node);
 		redis_call_arg(&scan, "SCAN", 4);
 		redis_call_arg(&scan, cursor, strlen(cursor));
 		redis_call_arg(&scan, "MATCH", 5);
-		redis_call_arg(&scan, pattern.data, pattern.len);
+		redis_call_arg(&scan, pattern, strlen(pattern));
 		redis_call_arg(&scan, "COUNT", 5);
 		redis_call_arg(&scan, SCAN_COUNT, strlen(SCAN_COUNT));
 		redis_run(&scan, 1);
 		if (scan.reply_type != REDIS_REPLY_ARRAY || scan.nelements < 1)
-			redis_unexpected_reply(&scan, pattern.data, ERROR);
+			redis_unexpected_reply(&scan, pattern, ERROR);
 		cursor = scan.elements[0];
 
 		reads = palloc(sizeof(RedisCall) * Max(scan.nelements - 1, 1));
@@ -264,6 +253,35 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 		foreach(lc, records)
 			put_record_row(rsinfo, lfirst(lc), prefixlen);
 	} while (strcmp(cursor, "0") != 0);
+}
 
+/*
+ * redis_stock_recover(): settle this cluster's decrement records on the
+ * server of redislock.server (on every master of a Redis Cluster), and
+ * return one row per record found: (key, xid, qty, buyer, outcome).
+ * Records of transactions in progress, or whose status PostgreSQL no
+ * longer keeps, are left as they are.
+ */
+Datum
+redis_stock_recover(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RedisConn  *conn = redis_conn_current();
+	int			prefixlen = strlen(conn->key_prefix);
+	uint64		sysid = GetSystemIdentifier();
+	StringInfoData pattern;
+	RedisNode **masters;
+	int			nmasters;
+	int			i;
+
+	stock_require_counter_server(conn);
+	InitMaterializedSRF(fcinfo, 0);
+	initStringInfo(&pattern);
+	append_glob_escaped(&pattern, conn->key_prefix);
+	appendStringInfoString(&pattern, "{*}:ops:*");
+
+	nmasters = redis_conn_masters(conn, &masters);
+	for (i = 0; i < nmasters; i++)
+		recover_node(rsinfo, conn, masters[i], pattern.data, prefixlen, sysid);
 	return (Datum) 0;
 }

@@ -10,6 +10,9 @@
  *		args.c				SQL arguments turned into Redis keys
  *		keys.c				key layout: prefix, Cluster slot, sibling keys
  *		connection.c		the connection cache: foreign server and user
+ *		cluster.c			which node serves a key: Redis Cluster slots
+ *		sentinel.c			which node is the master of a Sentinel server
+ *		redlock.c			a quorum of independent masters (Redlock)
  *		batch.c				running a set of calls over several nodes
  *		node.c				one non-blocking socket to one Redis node
  *		resp.c				RESP encoding of commands
@@ -22,6 +25,7 @@
 #include "fmgr.h"
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
@@ -54,11 +58,14 @@ typedef struct RedisScript
 
 extern RedisScript acquire_script;
 extern RedisScript release_script;
+extern RedisScript abandon_script;
 extern RedisScript extend_script;
 extern RedisScript stock_decr_script;
 extern RedisScript stock_giveback_script;
 
 extern void redislock_init_scripts(void);
+
+struct RedisConn;
 
 /*
  * One Redis node: a non-blocking socket, the bytes still to be written to
@@ -66,6 +73,9 @@ extern void redislock_init_scripts(void);
  */
 typedef struct RedisNode
 {
+	struct RedisConn *conn;		/* the server it belongs to, credentials */
+	const char *role;			/* "master", "replica", "sentinel", "unknown" */
+	bool		is_sentinel;	/* authenticates with the Sentinel credentials */
 	char	   *host;			/* NULL when unix_socket is set */
 	int			port;
 	char	   *unix_socket;
@@ -82,10 +92,17 @@ typedef struct RedisNode
 	uint64		failed_end;		/* id of the transaction end it failed in */
 	bool		checked;		/* known ready: connected, peer not gone */
 	TimestampTz last_reply;		/* when a reply last arrived */
+	char	   *connect_error;	/* why the last connect failed, if it did */
+	int			connect_sqlstate;	/* and the SQLSTATE that says so */
 } RedisNode;
 
+extern RedisNode *node_create(struct RedisConn *conn, const char *host,
+							  int port, const char *unix_socket);
 extern bool node_connect(RedisNode *node, TimestampTz deadline, int elevel);
+extern void node_report_connect_failure(const RedisNode *node, int elevel);
+extern void node_set_connect_error(RedisNode *node, const char *reason);
 extern void node_disconnect(RedisNode *node);
+extern void node_destroy(RedisNode *node);
 extern bool node_is_connected(const RedisNode *node);
 extern bool node_peer_closed(RedisNode *node);
 extern bool node_flush(RedisNode *node);
@@ -94,9 +111,21 @@ extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
 extern int	node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline,
 					  int elevel);
 
+/* What a foreign server names: one Redis, or the seeds of a Redis Cluster */
+typedef enum RedisServerKind
+{
+	REDIS_SERVER_SINGLE,
+	REDIS_SERVER_CLUSTER,
+	REDIS_SERVER_SENTINEL,
+	REDIS_SERVER_REDLOCK
+} RedisServerKind;
+
+/* The hash slots of Redis Cluster */
+#define REDIS_CLUSTER_SLOTS 16384
+
 /*
  * One connection cache entry: a foreign server and user, the options they
- * were read with, and the node they lead to.  A copy of the options lets
+ * were read with, and the nodes they lead to.  A copy of the options lets
  * transaction end reach Redis without catalog access.  Held locks and
  * pending stock decrements pin it; an entry whose options changed while
  * pinned is retired (kept for what it still holds) and replaced.
@@ -116,7 +145,23 @@ typedef struct RedisConn
 	char	   *key_prefix;
 	char	   *username;
 	char	   *password;
-	RedisNode	node;
+	char	   *sentinel_master;
+	char	   *sentinel_username;
+	char	   *sentinel_password;
+	int			min_replicas;	/* replicas that must acknowledge a write */
+	int			replica_timeout;	/* how long to wait for them (ms) */
+	RedisServerKind kind;
+	RedisNode **nodes;			/* every node known: a single server's one,
+								 * a cluster's seeds, masters and replicas,
+								 * the Sentinels and the masters they named */
+	int			nnodes;
+	int			maxnodes;
+	int16	   *slot_owner;		/* cluster: the index in nodes of each slot's
+								 * master, -1 when unknown */
+	bool		map_stale;		/* ask for the slot map or master first */
+	uint64		routed_round;	/* redis_route_calls() that last looked */
+	int			master_index;	/* Sentinel: the master in nodes, or -1 */
+	TimestampTz master_checked_at;	/* Sentinel: when it was last named */
 } RedisConn;
 
 extern RedisConn *redis_conn_current(void);
@@ -124,6 +169,8 @@ extern void redis_conn_pin(RedisConn *conn);
 extern void redis_conn_unpin(RedisConn *conn);
 extern void redis_conns_end_xact(void);
 extern void redislock_init_connections(void);
+extern bool redis_conn_is_connected(const RedisConn *conn);
+extern void redis_conn_disconnect(RedisConn *conn);
 
 /* A Redis command, or a script call, and the reply copied out of hiredis */
 #define REDIS_CALL_MAX_ARGS 8
@@ -131,6 +178,12 @@ extern void redislock_init_connections(void);
 typedef struct RedisCall
 {
 	RedisConn  *conn;
+	RedisNode  *node;			/* where it runs: set by routing, unless the
+								 * caller chose a node (keyless commands) */
+	bool		node_given;		/* the caller chose node: never rerouted */
+	struct RedisCall *follows;	/* runs right after this one, on its node */
+	struct Quorum *quorum;		/* Redlock: the answers of the masters */
+	bool		asking;			/* ASK redirection: send ASKING before it */
 	const RedisScript *script;	/* NULL: argv is a plain command */
 	int			nkeys;			/* for scripts: argv[0..nkeys-1] are keys */
 	int			argc;
@@ -139,6 +192,12 @@ typedef struct RedisCall
 	int64		intarg;			/* formatted when the call is sent */
 	void	   *origin;			/* what the caller made this call for */
 	void		(*on_reply) (struct RedisCall *call);	/* for batched calls */
+	/* replaces the usual copy of a non-error reply, for nested arrays */
+	void		(*parse_reply) (struct RedisCall *call,
+								const struct redisReply *reply);
+	bool		helper;			/* batch.c: SCRIPT LOAD or ASKING for a call */
+	bool		load_script;	/* batch.c: was answered NOSCRIPT */
+	bool		sent_again;		/* batch.c: goes out in the next round */
 
 	int			reply_type;		/* REDIS_REPLY_*, or 0 when none arrived */
 	long long	integer;
@@ -166,8 +225,13 @@ extern void redis_call_init(RedisCall *call, RedisConn *conn,
 							const RedisScript *script);
 extern void redis_call_arg(RedisCall *call, const char *arg, size_t len);
 extern void redis_call_int_arg(RedisCall *call, int64 value);
+extern void redis_call_on_node(RedisCall *call, RedisNode *node);
+extern void redis_call_wait_replicas(RedisCall *wait, RedisCall *after);
+extern bool redis_replicas_acknowledged(const RedisCall *wait);
+extern void redis_report_replicas(const RedisCall *wait, const char *key,
+								  const char *undone) pg_attribute_noreturn();
 extern RedisDeadline redis_command_deadline(void);
-extern void redis_connect(RedisConn *conn);
+extern void redis_connect(RedisConn *conn, const char *key, int keylen);
 extern void redis_run(RedisCall *calls, int ncalls);
 extern bool redis_run_until(RedisCall *calls, int ncalls,
 							RedisDeadline deadline, int elevel);
@@ -194,6 +258,43 @@ extern char *redis_key_arg(FunctionCallInfo fcinfo, int argno,
 extern void require_argument(FunctionCallInfo fcinfo, int argno,
 							 const char *name);
 
+/* Routing to nodes (cluster.c) */
+extern List *redis_parse_endpoints(const char *list, const char **bad_entry);
+extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints,
+									 const char *role);
+extern void redis_conn_set_seeds(RedisConn *conn, List *endpoints);
+extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
+extern RedisNode *redis_conn_find_node(RedisConn *conn, const char *host,
+									   int port);
+extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
+									  int keylen);
+extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
+extern void redis_route_calls(RedisCall **calls, int ncalls,
+							  RedisDeadline deadline, int elevel,
+							  bool may_ask);
+extern bool redis_follow_redirect(RedisCall *call);
+extern void redis_conn_lost_node(RedisConn *conn);
+extern char *redis_node_slots(RedisConn *conn, int nodeindex);
+
+/* Sentinel servers (sentinel.c) */
+extern void redis_conn_set_sentinels(RedisConn *conn, List *endpoints);
+extern bool sentinel_master_is_stale(const RedisConn *conn);
+extern void sentinel_find_master(RedisConn *conn, RedisDeadline deadline,
+								 int elevel);
+
+/* Redlock servers (redlock.c) */
+extern void redis_conn_set_masters(RedisConn *conn, List *endpoints);
+extern int	redlock_drift_ms(const RedisConn *conn, int ttl_ms);
+extern RedisCall **redlock_expand_calls(RedisCall *calls, int ncalls,
+										int *npending);
+extern void redlock_note_reply(const RedisCall *copy);
+extern void redlock_note_failure(const RedisCall *copy, const char *reason,
+								 int sqlstate);
+extern bool redlock_copy_is_moot(const RedisCall *copy);
+extern void redlock_start_round(RedisCall **pending, int npending);
+extern bool redlock_decide_calls(RedisCall *calls, int ncalls,
+								 TimestampTz start, int elevel);
+
 /* Key layout (keys.c) */
 extern int	redis_key_slot(const char *key, int len);
 extern char *redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
@@ -210,6 +311,7 @@ extern void locks_verify_before_commit(void);
 extern void locks_end_xact(RedisBatch *batch, bool session_too);
 extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
 
+extern void stock_require_counter_server(const RedisConn *conn);
 extern bool stock_has_pending(void);
 extern void stock_end_xact(RedisBatch *batch, bool commit);
 extern void stock_end_subxact(RedisBatch *batch, int level, bool commit);

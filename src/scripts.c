@@ -66,6 +66,20 @@ RedisScript release_script = {
 };
 
 /*
+ * Undo an acquire that too few replicas acknowledged: delete the lock and
+ * its fencing token only if the lock is ours.  Returns 1 when deleted.
+ * KEYS: lock, fencing token.  ARGV: owner token.
+ */
+RedisScript abandon_script = {
+	"abandon",
+	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  redis.call('DEL', KEYS[2])\n"
+	"  return redis.call('DEL', KEYS[1])\n"
+	"end\n"
+	"return 0\n"
+};
+
+/*
  * Reset the lease of the lock, and of its fencing token, only if the lock
  * is still ours.  Returns 1 when renewed.
  * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms.
@@ -186,6 +200,7 @@ redislock_init_scripts(void)
 		return;
 	compute_sha1(&acquire_script);
 	compute_sha1(&release_script);
+	compute_sha1(&abandon_script);
 	compute_sha1(&extend_script);
 	compute_sha1(&stock_decr_script);
 	compute_sha1(&stock_giveback_script);

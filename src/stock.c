@@ -61,6 +61,22 @@ PG_FUNCTION_INFO_V1(redis_stock_incr);
 PG_FUNCTION_INFO_V1(redis_stock_decr);
 PG_FUNCTION_INFO_V1(redis_stock_delete);
 
+/*
+ * Stock needs one authoritative counter: a Redlock server's masters are
+ * independent, and each would count on its own.
+ */
+void
+stock_require_counter_server(const RedisConn *conn)
+{
+	if (conn->kind == REDIS_SERVER_REDLOCK)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("Redis stock is not supported on Redlock server \"%s\"",
+						redislock_server_name),
+				 errdetail("Stock needs one authoritative counter, and the masters of a Redlock server are independent."),
+				 errhint("Keep stock on a single Redis server, a Sentinel server or a Redis Cluster.")));
+}
+
 static int64
 validated_qty(FunctionCallInfo fcinfo, int argno, bool zero_ok)
 {
@@ -89,6 +105,7 @@ prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
 	int			rkeylen;
 	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
 
+	stock_require_counter_server(conn);
 	redis_call_init(call, conn, NULL);
 	redis_call_arg(call, command, strlen(command));
 	redis_call_arg(call, rkey, rkeylen);
@@ -104,7 +121,7 @@ report_stock_error(const RedisCall *call, const char *key)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("Redis stock \"%s\" does not exist", key),
 				 errdetail("Key \"%s\" is absent at Redis server %s.",
-						   call->argv[0], call->conn->node.endpoint),
+						   call->argv[0], call->node->endpoint),
 				 errhint("Create it with redis_stock_set().")));
 	if (redis_reply_is_error(call, "OVERFLOW") ||
 		(call->reply_type == REDIS_REPLY_ERROR &&
@@ -120,7 +137,7 @@ report_stock_error(const RedisCall *call, const char *key)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" does not hold an integer", key),
 				 errdetail("Key \"%s\" at Redis server %s holds something else.",
-						   call->argv[call->script ? 0 : 1], call->conn->node.endpoint)));
+						   call->argv[call->script ? 0 : 1], call->node->endpoint)));
 	redis_unexpected_reply(call, key, ERROR);
 }
 
@@ -172,7 +189,7 @@ redis_stock_get(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" does not hold an integer", key),
 				 errdetail("Key \"%s\" at Redis server %s holds \"%s\".",
-						   call.argv[1], call.conn->node.endpoint, call.str)));
+						   call.argv[1], call.node->endpoint, call.str)));
 	PG_RETURN_INT64((int64) stock);
 }
 
@@ -273,8 +290,12 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	RedisConn  *conn;
 	int			rkeylen;
 	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
-	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	PendingDecrement *decrement = palloc0(sizeof(PendingDecrement));
+	MemoryContext oldcxt;
+	PendingDecrement *decrement;
+
+	stock_require_counter_server(conn);
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	decrement = palloc0(sizeof(PendingDecrement));
 
 	decrement->conn = conn;
 	decrement->rkey = pstrdup(rkey);
@@ -346,21 +367,31 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 	int64		qty = validated_qty(fcinfo, 1, false);
 	const char *buyer = validated_buyer(fcinfo, 2);
 	PendingDecrement *decrement = new_decrement(fcinfo, qty, buyer);
-	RedisCall	call;
+	const char *key = decrement->rkey + decrement->prefixlen;
+	RedisCall	calls[2];
+	RedisCall  *call = &calls[0];
+	int			ncalls = 1;
 	int64		remaining;
 
-	prepare_decrement_call(&call, decrement, &stock_decr_script);
-	redis_call_int_arg(&call, qty);
-	redis_call_arg(&call, decrement->op_id, strlen(decrement->op_id));
+	prepare_decrement_call(call, decrement, &stock_decr_script);
+	redis_call_int_arg(call, qty);
+	redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
 	if (buyer != NULL)
-		redis_call_arg(&call, decrement->buyer, strlen(decrement->buyer));
-	redis_run(&call, 1);
+		redis_call_arg(call, decrement->buyer, strlen(decrement->buyer));
+	if (decrement->conn->min_replicas > 0)
+		redis_call_wait_replicas(&calls[ncalls++], call);
+	redis_run(calls, ncalls);
 
 	/* an error reply or a refusal took nothing: there is nothing to undo */
-	if (call.reply_type != REDIS_REPLY_STRING &&
-		!(call.reply_type == REDIS_REPLY_INTEGER && call.integer >= 0))
+	if (call->reply_type != REDIS_REPLY_STRING &&
+		!(call->reply_type == REDIS_REPLY_INTEGER && call->integer >= 0))
 		forget_decrement(decrement);
-	remaining = remaining_stock(&call, decrement->rkey + decrement->prefixlen);
+	remaining = remaining_stock(call, key);
+
+	/* the error's rollback gives the units back, as for any other error */
+	if (remaining >= 0 && ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
+		redis_report_replicas(&calls[1], key,
+							  "the units are given back as the statement rolls back");
 	PG_RETURN_INT64(remaining);
 }
 
@@ -395,7 +426,7 @@ giveback_done(RedisCall *call)
 				 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
 						key),
 				 errdetail("Quantity not given back: " INT64_FORMAT "; the decrement's record stays at Redis server %s under operation id \"%s\".",
-						   decrement->qty, decrement->conn->node.endpoint,
+						   decrement->qty, redis_key_endpoint(decrement->conn, decrement->rkey, decrement->rkeylen),
 						   decrement->op_id)));
 	else if (call->reply_type != REDIS_REPLY_INTEGER)
 		redis_unexpected_reply(call, key, WARNING);

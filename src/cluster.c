@@ -1,0 +1,575 @@
+/*-------------------------------------------------------------------------
+ *
+ * cluster.c
+ *		Which node serves a call: the one node of a single server, or the
+ *		master of the key's hash slot in a Redis Cluster.
+ *
+ * A cluster server starts from its seed nodes.  The slot map (CLUSTER
+ * SLOTS) is asked of any node that answers, on first use and again after a
+ * node was lost or said it cannot serve.  A MOVED redirection updates the
+ * one slot it names and an ASK redirection sends one call to the importing
+ * node without changing the map, as the cluster specification asks of
+ * clients.  Calls that name no key (SCAN, say) come with their node chosen.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "utils/memutils.h"
+
+#include "redislock.h"
+
+/* One slot range of a CLUSTER SLOTS reply, and the nodes that serve it */
+typedef struct SlotRange
+{
+	int			first;
+	int			last;
+	List	   *endpoints;		/* master first, then replicas: char * */
+} SlotRange;
+
+/*
+ * Split "host:port" in place; the host may be bracketed, as IPv6 addresses
+ * are.  False when it is not of that form.
+ */
+static bool
+split_endpoint(char *entry, char **host, int *port)
+{
+	char	   *colon = strrchr(entry, ':');
+	char	   *end;
+	long		number;
+
+	if (colon == NULL)
+		return false;
+	*colon = '\0';
+	errno = 0;
+	number = strtol(colon + 1, &end, 10);
+	if (errno != 0 || end == colon + 1 || *end != '\0' ||
+		number < 1 || number > 65535)
+		return false;
+	if (entry[0] == '[' && colon > entry + 1 && colon[-1] == ']')
+	{
+		colon[-1] = '\0';
+		entry++;
+	}
+	if (entry[0] == '\0')
+		return false;
+	*host = entry;
+	*port = (int) number;
+	return true;
+}
+
+/*
+ * The entries of a list of endpoints, "host:port, host:port, ...", as
+ * palloc'd strings.  NIL with *bad_entry set when an entry is malformed.
+ */
+List *
+redis_parse_endpoints(const char *list, const char **bad_entry)
+{
+	char	   *copy = pstrdup(list);
+	List	   *entries = NIL;
+	char	   *entry;
+	char	   *next;
+
+	*bad_entry = NULL;
+	for (entry = copy; entry != NULL; entry = next)
+	{
+		char	   *host;
+		int			port;
+		char	   *trimmed;
+
+		next = strchr(entry, ',');
+		if (next != NULL)
+			*next++ = '\0';
+		while (*entry == ' ' || *entry == '\t')
+			entry++;
+		trimmed = entry + strlen(entry);
+		while (trimmed > entry && (trimmed[-1] == ' ' || trimmed[-1] == '\t'))
+			*--trimmed = '\0';
+		trimmed = pstrdup(entry);
+		if (!split_endpoint(entry, &host, &port))
+		{
+			*bad_entry = trimmed;
+			return NIL;
+		}
+		entries = lappend(entries, trimmed);
+	}
+	return entries;
+}
+
+/* Add a node to conn's list of nodes, returning its index */
+static int
+add_node(RedisConn *conn, RedisNode *node)
+{
+	if (conn->nnodes == conn->maxnodes)
+	{
+		conn->maxnodes = Max(conn->maxnodes * 2, 8);
+		if (conn->nodes == NULL)
+			conn->nodes = MemoryContextAlloc(conn->cxt,
+											 sizeof(RedisNode *) * conn->maxnodes);
+		else
+			conn->nodes = repalloc(conn->nodes,
+								   sizeof(RedisNode *) * conn->maxnodes);
+	}
+	conn->nodes[conn->nnodes] = node;
+	return conn->nnodes++;
+}
+
+/* The index of the node at host:port, added if it is new */
+int
+redis_conn_node_index(RedisConn *conn, const char *host, int port)
+{
+	int			i;
+
+	for (i = 0; i < conn->nnodes; i++)
+	{
+		RedisNode  *node = conn->nodes[i];
+
+		if (node->host != NULL && node->port == port &&
+			strcmp(node->host, host) == 0)
+			return i;
+	}
+	return add_node(conn, node_create(conn, host, port, NULL));
+}
+
+RedisNode *
+redis_conn_find_node(RedisConn *conn, const char *host, int port)
+{
+	return conn->nodes[redis_conn_node_index(conn, host, port)];
+}
+
+/*
+ * Add a node in role for each endpoint (from redis_parse_endpoints).
+ * Sentinels authenticate with credentials of their own.
+ */
+void
+redis_conn_add_endpoints(RedisConn *conn, List *endpoints, const char *role)
+{
+	ListCell   *lc;
+
+	foreach(lc, endpoints)
+	{
+		char	   *entry = pstrdup(lfirst(lc));
+		char	   *host;
+		int			port;
+
+		if (split_endpoint(entry, &host, &port))
+		{
+			RedisNode  *node = conn->nodes[redis_conn_node_index(conn, host,
+																 port)];
+
+			node->role = role;
+			node->is_sentinel = strcmp(role, "sentinel") == 0;
+		}
+	}
+}
+
+/*
+ * Make conn a cluster server with the given seed endpoints; its slot map
+ * is asked for on first use.
+ */
+void
+redis_conn_set_seeds(RedisConn *conn, List *endpoints)
+{
+	conn->kind = REDIS_SERVER_CLUSTER;
+	redis_conn_add_endpoints(conn, endpoints, "unknown");
+	conn->slot_owner = MemoryContextAlloc(conn->cxt,
+										  sizeof(int16) * REDIS_CLUSTER_SLOTS);
+	memset(conn->slot_owner, -1, sizeof(int16) * REDIS_CLUSTER_SLOTS);
+	conn->map_stale = true;
+}
+
+/*
+ * The key a call is about: a script's first key, or the first argument of
+ * a command.  False for a call without one.
+ */
+static bool
+call_key(const RedisCall *call, const char **key, size_t *len)
+{
+	int			argno = call->script != NULL ? 0 : 1;
+
+	if ((call->script != NULL && call->nkeys == 0) || call->argc <= argno ||
+		call->argv[argno] == NULL)
+		return false;
+	*key = call->argv[argno];
+	*len = call->argvlen[argno];
+	return true;
+}
+
+/*
+ * The node to try for a slot: its master when known, else any node, whose
+ * redirection will tell.
+ */
+static RedisNode *
+node_for_slot(RedisConn *conn, int slot)
+{
+	int			owner = conn->slot_owner[slot];
+	int			i;
+
+	if (owner >= 0)
+		return conn->nodes[owner];
+	for (i = 0; i < conn->nnodes; i++)
+		if (strcmp(conn->nodes[i]->role, "master") == 0)
+			return conn->nodes[i];
+	return conn->nodes[0];
+}
+
+/*
+ * The node for a key: a cluster's master of its slot; for a Sentinel
+ * server, the master last named (a Sentinel while none was, whose error
+ * reply then tells)
+ */
+static RedisNode *
+node_for_key(RedisConn *conn, const char *key, size_t len)
+{
+	switch (conn->kind)
+	{
+		case REDIS_SERVER_CLUSTER:
+			return node_for_slot(conn, redis_key_slot(key, len));
+		case REDIS_SERVER_SENTINEL:
+			if (conn->master_index >= 0)
+				return conn->nodes[conn->master_index];
+			break;
+		case REDIS_SERVER_SINGLE:
+		case REDIS_SERVER_REDLOCK:
+			break;
+	}
+	return conn->nodes[0];
+}
+
+/* The endpoint that serves a key now, for messages */
+const char *
+redis_key_endpoint(RedisConn *conn, const char *key, int keylen)
+{
+	return node_for_key(conn, key, keylen)->endpoint;
+}
+
+/*
+ * Keep the slot ranges of a CLUSTER SLOTS reply: each entry is the first
+ * and last slot, then the master's address and those of its replicas, each
+ * an array that starts with host and port.  An empty host means the node
+ * that answered.
+ */
+static void
+parse_slot_ranges(RedisCall *call, const redisReply *reply)
+{
+	List	   *ranges = NIL;
+	size_t		i;
+	size_t		j;
+
+	call->reply_type = reply->type;
+	if (reply->type != REDIS_REPLY_ARRAY)
+		return;
+	for (i = 0; i < reply->elements; i++)
+	{
+		const redisReply *entry = reply->element[i];
+		SlotRange  *range;
+
+		if (entry->type != REDIS_REPLY_ARRAY || entry->elements < 3 ||
+			entry->element[0]->type != REDIS_REPLY_INTEGER ||
+			entry->element[1]->type != REDIS_REPLY_INTEGER ||
+			entry->element[0]->integer < 0 ||
+			entry->element[1]->integer >= REDIS_CLUSTER_SLOTS ||
+			entry->element[0]->integer > entry->element[1]->integer)
+			continue;
+		range = palloc0(sizeof(SlotRange));
+		range->first = (int) entry->element[0]->integer;
+		range->last = (int) entry->element[1]->integer;
+		for (j = 2; j < entry->elements; j++)
+		{
+			const redisReply *address = entry->element[j];
+			const char *host;
+
+			if (address->type != REDIS_REPLY_ARRAY || address->elements < 2 ||
+				address->element[0]->type != REDIS_REPLY_STRING ||
+				address->element[1]->type != REDIS_REPLY_INTEGER)
+				break;
+			host = address->element[0]->len > 0 &&
+				strcmp(address->element[0]->str, "?") != 0
+				? address->element[0]->str : call->node->host;
+			range->endpoints = lappend(range->endpoints,
+									   psprintf("%s:%lld", host,
+												address->element[1]->integer));
+		}
+		if (range->endpoints != NIL)
+			ranges = lappend(ranges, range);
+	}
+	call->origin = ranges;
+}
+
+/* Make the slot ranges of a CLUSTER SLOTS reply conn's map */
+static void
+apply_slot_ranges(RedisConn *conn, List *ranges)
+{
+	ListCell   *lc;
+	int			i;
+
+	memset(conn->slot_owner, -1, sizeof(int16) * REDIS_CLUSTER_SLOTS);
+	for (i = 0; i < conn->nnodes; i++)
+		conn->nodes[i]->role = "unknown";
+	foreach(lc, ranges)
+	{
+		SlotRange  *range = lfirst(lc);
+		ListCell   *ec;
+		int			master = -1;
+		int			slot;
+
+		foreach(ec, range->endpoints)
+		{
+			char	   *host;
+			int			port;
+			int			index;
+
+			if (!split_endpoint(lfirst(ec), &host, &port))
+				continue;
+			index = redis_conn_node_index(conn, host, port);
+			conn->nodes[index]->role = master < 0 ? "master" : "replica";
+			if (master < 0)
+				master = index;
+		}
+		for (slot = range->first; slot <= range->last && master >= 0; slot++)
+			conn->slot_owner[slot] = master;
+	}
+	conn->map_stale = false;
+}
+
+/*
+ * Ask node for the slot map and make it conn's.  False when the node could
+ * not be reached or gave no map; failures are reported at elevel, except
+ * an error reply, which is always an ERROR: it says something is wrong
+ * with the server's options or permissions, not with one node.
+ */
+static bool
+ask_slot_map(RedisConn *conn, RedisNode *node, RedisDeadline deadline,
+			 int elevel)
+{
+	RedisCall	call;
+
+	redis_call_init(&call, conn, NULL);
+	redis_call_on_node(&call, node);
+	call.parse_reply = parse_slot_ranges;
+	redis_call_arg(&call, "CLUSTER", 7);
+	redis_call_arg(&call, "SLOTS", 5);
+	(void) redis_run_until(&call, 1, deadline, elevel);
+	if (call.reply_type == REDIS_REPLY_ERROR)
+		redis_unexpected_reply(&call, "CLUSTER SLOTS", ERROR);
+	if (call.reply_type != REDIS_REPLY_ARRAY || call.origin == NIL)
+		return false;
+	apply_slot_ranges(conn, (List *) call.origin);
+	return true;
+}
+
+/*
+ * Ask for the slot map, trying the nodes in turn, connected ones first: a
+ * seed may be down, or may have left the cluster.  When no node answers,
+ * the one that got furthest is asked again to report why, at elevel.
+ */
+static void
+refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
+{
+	bool		connected_first[2] = {true, false};
+	RedisNode  *reached = conn->nodes[0];
+	int			pass;
+	int			i;
+
+	/* asked once per set of calls; a failure below makes it stale again */
+	conn->map_stale = false;
+	for (pass = 0; pass < lengthof(connected_first); pass++)
+	{
+		for (i = 0; i < conn->nnodes; i++)
+		{
+			RedisNode  *node = conn->nodes[i];
+
+			if (node_is_connected(node) != connected_first[pass])
+				continue;
+			if (ask_slot_map(conn, node, deadline, DEBUG1))
+				return;
+			if (node_is_connected(node) || node->connect_error == NULL)
+				reached = node;
+		}
+	}
+	if (!ask_slot_map(conn, reached, deadline, elevel))
+		ereport(elevel,
+				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+				 errmsg("no node of Redis Cluster server \"%s\" gave its slot map",
+						redislock_server_name),
+				 errhint("Check the \"cluster\" option of the foreign server.")));
+}
+
+/*
+ * Choose the node of every call that has none.  With may_ask, the slot map
+ * of a cluster, or the master of a Sentinel server, is asked for first
+ * when it is not known or may have changed; once per server and call of
+ * this function.
+ */
+void
+redis_route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline,
+				  int elevel, bool may_ask)
+{
+	static uint64 round = 0;
+	int			i;
+
+	round++;
+	for (i = 0; may_ask && i < ncalls; i++)
+	{
+		RedisConn  *conn = calls[i]->conn;
+
+		if (calls[i]->node != NULL || conn->routed_round == round)
+			continue;
+		conn->routed_round = round;
+		if (conn->kind == REDIS_SERVER_CLUSTER && conn->map_stale)
+			refresh_slot_map(conn, deadline, elevel);
+		else if (conn->kind == REDIS_SERVER_SENTINEL &&
+				 sentinel_master_is_stale(conn))
+			sentinel_find_master(conn, deadline, elevel);
+	}
+	for (i = 0; i < ncalls; i++)
+	{
+		RedisCall  *call = calls[i];
+		const char *key;
+		size_t		len;
+
+		if (call->node != NULL)
+			continue;
+		if (call->follows != NULL)
+			call->node = call->follows->node;
+		else if (call_key(call, &key, &len))
+			call->node = node_for_key(call->conn, key, len);
+		else
+			call->node = call->conn->nodes[0];
+	}
+}
+
+/*
+ * Follow a MOVED or ASK redirection: the call goes to the node the reply
+ * names, and MOVED updates the slot's master.  False when the reply is no
+ * redirection.
+ */
+bool
+redis_follow_redirect(RedisCall *call)
+{
+	RedisConn  *conn = call->conn;
+	bool		ask = redis_reply_is_error(call, "ASK");
+	char	   *slot_text;
+	char	   *target;
+	char	   *host;
+	char	   *end;
+	int			port;
+	long		slot;
+	int			index;
+
+	if (conn->kind != REDIS_SERVER_CLUSTER || call->node_given ||
+		!(ask || redis_reply_is_error(call, "MOVED")))
+		return false;
+
+	/* "MOVED <slot> <host>:<port>"; an empty host is the node that answered */
+	slot_text = strchr(call->str, ' ');
+	if (slot_text == NULL)
+		return false;
+	slot = strtol(slot_text + 1, &end, 10);
+	if (*end != ' ' || slot < 0 || slot >= REDIS_CLUSTER_SLOTS)
+		return false;
+	target = pstrdup(end + 1);
+	if (target[0] == ':')
+		target = psprintf("%s%s", call->node->host, target);
+	if (!split_endpoint(target, &host, &port))
+		return false;
+
+	index = redis_conn_node_index(conn, host, port);
+	call->node = conn->nodes[index];
+	call->asking = ask;
+	if (!ask)
+	{
+		conn->slot_owner[slot] = index;
+		call->node->role = "master";
+	}
+	return true;
+}
+
+/*
+ * A node failed or said it cannot serve: the slot map or the master may
+ * have changed
+ */
+void
+redis_conn_lost_node(RedisConn *conn)
+{
+	if (conn->kind != REDIS_SERVER_SINGLE)
+		conn->map_stale = true;
+}
+
+/*
+ * The masters of a server (its one node for a single server), asking for
+ * the slot map first if need be.  Returns their number.
+ */
+int
+redis_conn_masters(RedisConn *conn, RedisNode ***masters)
+{
+	bool	   *seen;
+	int			n = 0;
+	int			slot;
+
+	if (conn->kind == REDIS_SERVER_SINGLE)
+	{
+		*masters = conn->nodes;
+		return 1;
+	}
+	if (conn->kind == REDIS_SERVER_SENTINEL)
+	{
+		if (sentinel_master_is_stale(conn))
+			sentinel_find_master(conn, redis_command_deadline(), ERROR);
+		*masters = &conn->nodes[conn->master_index];
+		return 1;
+	}
+	if (conn->map_stale)
+		refresh_slot_map(conn, redis_command_deadline(), ERROR);
+	seen = palloc0(sizeof(bool) * conn->nnodes);
+	*masters = palloc(sizeof(RedisNode *) * conn->nnodes);
+	for (slot = 0; slot < REDIS_CLUSTER_SLOTS; slot++)
+	{
+		int			owner = conn->slot_owner[slot];
+
+		if (owner >= 0 && !seen[owner])
+		{
+			seen[owner] = true;
+			(*masters)[n++] = conn->nodes[owner];
+		}
+	}
+	pfree(seen);
+	return n;
+}
+
+/*
+ * The slot ranges a node serves as a master, e.g. "0-5460,10923", or NULL
+ * when none.
+ */
+char *
+redis_node_slots(RedisConn *conn, int nodeindex)
+{
+	StringInfoData buf;
+	int			slot = 0;
+
+	if (conn->kind != REDIS_SERVER_CLUSTER)
+		return NULL;
+	initStringInfo(&buf);
+	while (slot < REDIS_CLUSTER_SLOTS)
+	{
+		int			first;
+
+		if (conn->slot_owner[slot] != nodeindex)
+		{
+			slot++;
+			continue;
+		}
+		first = slot;
+		while (slot < REDIS_CLUSTER_SLOTS && conn->slot_owner[slot] == nodeindex)
+			slot++;
+		if (buf.len > 0)
+			appendStringInfoChar(&buf, ',');
+		if (slot - 1 == first)
+			appendStringInfo(&buf, "%d", first);
+		else
+			appendStringInfo(&buf, "%d-%d", first, slot - 1);
+	}
+	return buf.len > 0 ? buf.data : NULL;
+}

@@ -1,0 +1,133 @@
+/*-------------------------------------------------------------------------
+ *
+ * sentinel.c
+ *		Finding the master of a Redis Sentinel server.
+ *
+ * The Sentinels are asked for the master's address (SENTINEL
+ * get-master-addr-by-name) in turn, connected ones first, and a new master
+ * is confirmed with ROLE before calls go to it, as the Sentinel client
+ * guidelines ask.  The master is looked for again after it failed or
+ * answered READONLY, and whenever the last look is older than a second:
+ * after SENTINEL FAILOVER the old master stays a writable master for
+ * seconds, so waiting for READONLY would let locks be taken where they are
+ * about to be lost.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "redislock.h"
+
+/* How long a master found through the Sentinels is trusted (milliseconds) */
+#define MASTER_RECHECK_MS	1000
+
+/*
+ * Make conn a Sentinel server: its first nodes are the Sentinels, and the
+ * master is added when found.
+ */
+void
+redis_conn_set_sentinels(RedisConn *conn, List *endpoints)
+{
+	conn->kind = REDIS_SERVER_SENTINEL;
+	redis_conn_add_endpoints(conn, endpoints, "sentinel");
+	conn->master_index = -1;
+	conn->map_stale = true;
+}
+
+/* Is the master found through the Sentinels due for another look? */
+bool
+sentinel_master_is_stale(const RedisConn *conn)
+{
+	return conn->map_stale || conn->master_index < 0 ||
+		TimestampDifferenceExceeds(conn->master_checked_at,
+								   GetCurrentTimestamp(), MASTER_RECHECK_MS);
+}
+
+/*
+ * The address of the master that a Sentinel names, as the index of its
+ * node; -1 when the Sentinel cannot be reached or does not know the master.
+ */
+static int
+master_named_by(RedisConn *conn, RedisNode *sentinel, RedisDeadline deadline)
+{
+	RedisCall	call;
+	int			port;
+
+	redis_call_init(&call, conn, NULL);
+	redis_call_on_node(&call, sentinel);
+	redis_call_arg(&call, "SENTINEL", 8);
+	redis_call_arg(&call, "get-master-addr-by-name", 23);
+	redis_call_arg(&call, conn->sentinel_master, strlen(conn->sentinel_master));
+	(void) redis_run_until(&call, 1, deadline, DEBUG1);
+	if (call.reply_type == REDIS_REPLY_ERROR)
+		redis_unexpected_reply(&call, conn->sentinel_master, ERROR);
+	if (call.reply_type != REDIS_REPLY_ARRAY || call.nelements != 2 ||
+		call.elements[0] == NULL || call.elements[1] == NULL)
+		return -1;
+	port = atoi(call.elements[1]);
+	if (port < 1 || port > 65535)
+		return -1;
+	return redis_conn_node_index(conn, call.elements[0], port);
+}
+
+/* Does the node say, with ROLE, that it is a master? */
+static bool
+confirmed_master(RedisConn *conn, RedisNode *node, RedisDeadline deadline)
+{
+	RedisCall	call;
+
+	redis_call_init(&call, conn, NULL);
+	redis_call_on_node(&call, node);
+	redis_call_arg(&call, "ROLE", 4);
+	(void) redis_run_until(&call, 1, deadline, DEBUG1);
+	return call.reply_type == REDIS_REPLY_ARRAY && call.nelements > 0 &&
+		call.elements[0] != NULL && strcmp(call.elements[0], "master") == 0;
+}
+
+/*
+ * Look for the master through the Sentinels.  A master that did not change
+ * needs no confirmation; a new one does.  When no Sentinel names a master
+ * that confirms, the calls keep going where they went (they fail there if
+ * that master is gone) and the failure is reported at elevel.
+ */
+void
+sentinel_find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
+{
+	bool		connected_first[2] = {true, false};
+	int			pass;
+	int			i;
+
+	conn->map_stale = false;
+	for (pass = 0; pass < lengthof(connected_first); pass++)
+	{
+		for (i = 0; i < conn->nnodes; i++)
+		{
+			RedisNode  *sentinel = conn->nodes[i];
+			int			master;
+
+			if (!sentinel->is_sentinel ||
+				node_is_connected(sentinel) != connected_first[pass])
+				continue;
+			master = master_named_by(conn, sentinel, deadline);
+			if (master < 0)
+				continue;
+			if (master != conn->master_index &&
+				!confirmed_master(conn, conn->nodes[master], deadline))
+				continue;
+			if (conn->master_index >= 0 && conn->master_index != master)
+				conn->nodes[conn->master_index]->role = "unknown";
+			conn->master_index = master;
+			conn->nodes[master]->role = "master";
+			conn->master_checked_at = GetCurrentTimestamp();
+			return;
+		}
+	}
+	conn->map_stale = true;
+	ereport(elevel,
+			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+			 errmsg("no Sentinel of server \"%s\" named a reachable master \"%s\"",
+					redislock_server_name, conn->sentinel_master),
+			 errhint("Check the \"sentinel\" and \"sentinel_master\" options of the foreign server and the Sentinels' credentials in the user mapping.")));
+}
