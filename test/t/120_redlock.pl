@@ -7,7 +7,8 @@
 #   token on every master; redis_locks() shows its validity, the start of
 #   the acquire (or extend) + TTL - drift (1 % of the TTL + 2 ms); the
 #   fencing token is the largest of the masters' and grows from holder to
-#   holder; extend renews every master, release and commit clear them all;
+#   holder; extend renews every master, release and commit clear them all,
+#   also on masters whose scripts were flushed;
 # - two sessions contend for a key: the second one gets false, or waits and
 #   gets it at the first one's commit;
 # - a quorum (2 of 3) grants the lock when one master holds the key for
@@ -169,6 +170,22 @@ works($s, "BEGIN; SELECT redis_lock_acquire('k2', 60000)", 't', 'a transaction l
 ok($tokens[0] =~ /^pg:/ && !(grep { $_ ne $tokens[0] } @tokens), 'is on every master');
 works($s, 'COMMIT', '', 'the transaction commits (the check before commit passes)');
 is(join(' ', values_on($masters, 'app:k2')), 'nil nil nil', 'and the lock is released everywhere');
+
+# --- scripts flushed on masters (as a restart does) are loaded again on
+# each of them
+$_->command('SCRIPT', 'FLUSH') foreach @m[ 1, 2 ];
+works($s, "SELECT redis_lock_acquire_session('sf', 60000)", 't',
+	'scripts flushed on two masters: a lock is granted');
+@tokens = values_on($masters, 'app:sf');
+ok($tokens[0] =~ /^pg:/ && !(grep { $_ ne $tokens[0] } @tokens), 'and is on every master')
+  or diag "@tokens";
+$_->command('SCRIPT', 'FLUSH') foreach @m[ 0, 1 ];
+works($s, "SELECT redis_lock_extend('sf', 120000)", 't', 'flushed again: extend succeeds');
+@pttl = map { $_->command('PTTL', 'app:sf') } @m;
+ok(!(grep { $_ <= 115000 } @pttl), "on every master (@pttl ms left)");
+$_->command('SCRIPT', 'FLUSH') foreach @m[ 0, 2 ];
+works($s, "SELECT redis_lock_release('sf')", 't', 'flushed again: release succeeds');
+is(join(' ', values_on($masters, 'app:sf')), 'nil nil nil', 'on every master');
 
 # --- fencing tokens grow from holder to holder
 my $s2 = session($node);
