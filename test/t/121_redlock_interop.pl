@@ -5,7 +5,7 @@
 #   waiting a little) is not granted and leaves node-redlock's value on
 #   every master;
 # - redislock holds it: a node-redlock attempt is not granted and leaves our
-#   token on every master;
+#   token on every master, from which redislock's release then clears it;
 # - a mixed run, for a bounded time: 2 node-redlock workers
 #   (test/node/redlock_worker.js) and 2 PostgreSQL sessions take the lock
 #   in turn, and inside it read, briefly sleep over and write back a counter
@@ -35,8 +35,12 @@ foreach my $program ('node', 'npm')
 	  unless grep { -x "$_/$program" } File::Spec->path;
 }
 
-# Seconds of the mixed run, for each of its four clients.
+# Seconds of the mixed run, for each of its four clients, and milliseconds
+# each critical section sleeps between reading the counter and writing it
+# back: long enough that a holder who should have been excluded overlaps
+# with another one often enough to be seen.
 my $run_seconds = 8;
+my $hold_ms = 10;
 
 my $t0 = time;
 my $npm_dir = PostgreSQL::Test::Utils::tempdir('npm');
@@ -69,9 +73,9 @@ my $node = new_redlock_node(
 	-- For \$1 seconds, take Redlock lock \$2 (wait_ms 100) transaction
 	-- after transaction, and inside each critical section do what
 	-- redlock_worker.js does: count this holder in "shared:inside" (an
-	-- overlap if it is not the only one), read "shared", sleep 2 ms, write
-	-- it back plus one, uncount the holder.
-	CREATE PROCEDURE pg_sections(seconds float8, resource text,
+	-- overlap if it is not the only one), read "shared", sleep \$3 ms,
+	-- write it back plus one, uncount the holder.
+	CREATE PROCEDURE pg_sections(seconds float8, resource text, hold_ms int,
 		INOUT sections int DEFAULT 0, INOUT overlapped int DEFAULT 0,
 		INOUT lock_failures int DEFAULT 0)
 	LANGUAGE plpgsql AS \$\$
@@ -86,7 +90,7 @@ my $node = new_redlock_node(
 					overlapped := overlapped + 1;
 				END IF;
 				value := coalesce(redis_stock_get('shared'), 0);
-				PERFORM pg_sleep(0.002);
+				PERFORM pg_sleep(hold_ms / 1000.0);
 				PERFORM redis_stock_set('shared', value + 1);
 				PERFORM redis_stock_decr('shared:inside');
 				sections := sections + 1;
@@ -161,15 +165,19 @@ $h->finish;
 is(join(' ', values_on($masters, 'locks:counter')), join(' ', ($tokens[0]) x 3),
 	'our token is still on every master');
 works($s, "SELECT redis_lock_release('counter')", 't', 'redislock releases it');
+ok(defined wait_until(5, sub { join(' ', values_on($masters, 'locks:counter')) eq 'nil nil nil' }),
+	'the key is gone from every master: ' . join(' ', values_on($masters, 'locks:counter')));
+# A key left behind would make the mixed run one of fewer masters.
+$_->command('DEL', 'locks:counter') foreach map { $masters->master($_) } 0 .. 2;
 
 # --- a mixed run
 $counter->command('SET', 'shared', 0);
 my @workers = map {
 	[ start_worker('--resource', 'locks:counter', '--counter', "127.0.0.1:$counter_port/shared",
-		'--seconds', $run_seconds, '--worker', "node$_") ]
+		'--seconds', $run_seconds, '--hold-ms', $hold_ms, '--worker', "node$_") ]
 } 1 .. 2;
 my @sessions = ($s, session($node));
-start_query($_, "CALL pg_sections($run_seconds, 'counter')") foreach @sessions;
+start_query($_, "CALL pg_sections($run_seconds, 'counter', $hold_ms)") foreach @sessions;
 
 my (%node_sections, %pg_sections);
 my ($overlaps, $lock_failures, $late, $unlock_failures) = (0, 0, 0, 0);
