@@ -133,12 +133,6 @@ redis_conn_node_index(RedisConn *conn, const char *host, int port)
 	return add_node(conn, node_create(conn, host, port, NULL));
 }
 
-RedisNode *
-redis_conn_find_node(RedisConn *conn, const char *host, int port)
-{
-	return conn->nodes[redis_conn_node_index(conn, host, port)];
-}
-
 /*
  * Add a node in role for each endpoint (from redis_parse_endpoints).
  * Sentinels authenticate with credentials of their own.
@@ -156,8 +150,9 @@ redis_conn_add_endpoints(RedisConn *conn, List *endpoints, const char *role)
 
 		if (split_endpoint(entry, &host, &port))
 		{
-			RedisNode  *node = conn->nodes[redis_conn_node_index(conn, host,
-																 port)];
+			/* the index first: finding it may move conn->nodes */
+			int			index = redis_conn_node_index(conn, host, port);
+			RedisNode  *node = conn->nodes[index];
 
 			node->role = role;
 			node->is_sentinel = strcmp(role, "sentinel") == 0;

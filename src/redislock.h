@@ -264,8 +264,6 @@ extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints,
 									 const char *role);
 extern void redis_conn_set_seeds(RedisConn *conn, List *endpoints);
 extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
-extern RedisNode *redis_conn_find_node(RedisConn *conn, const char *host,
-									   int port);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
 extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
