@@ -171,22 +171,6 @@ ok($tokens[0] =~ /^pg:/ && !(grep { $_ ne $tokens[0] } @tokens), 'is on every ma
 works($s, 'COMMIT', '', 'the transaction commits (the check before commit passes)');
 is(join(' ', values_on($masters, 'app:k2')), 'nil nil nil', 'and the lock is released everywhere');
 
-# --- scripts flushed on masters (as a restart does) are loaded again on
-# each of them
-$_->command('SCRIPT', 'FLUSH') foreach @m[ 1, 2 ];
-works($s, "SELECT redis_lock_acquire_session('sf', 60000)", 't',
-	'scripts flushed on two masters: a lock is granted');
-@tokens = values_on($masters, 'app:sf');
-ok($tokens[0] =~ /^pg:/ && !(grep { $_ ne $tokens[0] } @tokens), 'and is on every master')
-  or diag "@tokens";
-$_->command('SCRIPT', 'FLUSH') foreach @m[ 0, 1 ];
-works($s, "SELECT redis_lock_extend('sf', 120000)", 't', 'flushed again: extend succeeds');
-@pttl = map { $_->command('PTTL', 'app:sf') } @m;
-ok(!(grep { $_ <= 115000 } @pttl), "on every master (@pttl ms left)");
-$_->command('SCRIPT', 'FLUSH') foreach @m[ 0, 2 ];
-works($s, "SELECT redis_lock_release('sf')", 't', 'flushed again: release succeeds');
-is(join(' ', values_on($masters, 'app:sf')), 'nil nil nil', 'on every master');
-
 # --- fencing tokens grow from holder to holder
 my $s2 = session($node);
 my ($pid2) = session_query($s2, 'SELECT pg_backend_pid()');
@@ -316,6 +300,22 @@ $_->command('ACL', 'SETUSER', 'app', 'resetpass', '>apppw') foreach @m[ 1, 2 ];
 session_query($s, "SELECT redis_disconnect('rl')");
 works($s, "SELECT redis_lock_acquire_session('a', 60000), redis_lock_release('a')", 't|t',
 	'with the password back, the session goes on');
+
+# --- scripts flushed on masters (as a restart does) are loaded again on
+# each of them
+$_->command('SCRIPT', 'FLUSH') foreach @m[ 1, 2 ];
+works($s, "SELECT redis_lock_acquire_session('sf', 60000)", 't',
+	'scripts flushed on two masters: a lock is granted');
+@tokens = values_on($masters, 'app:sf');
+ok($tokens[0] =~ /^pg:/ && !(grep { $_ ne $tokens[0] } @tokens), 'and is on every master')
+  or diag "@tokens";
+$_->command('SCRIPT', 'FLUSH') foreach @m[ 0, 1 ];
+works($s, "SELECT redis_lock_extend('sf', 120000)", 't', 'flushed again: extend succeeds');
+@pttl = map { $_->command('PTTL', 'app:sf') } @m;
+ok(!(grep { $_ <= 115000 } @pttl), "on every master (@pttl ms left)");
+$_->command('SCRIPT', 'FLUSH') foreach @m[ 0, 2 ];
+works($s, "SELECT redis_lock_release('sf')", 't', 'flushed again: release succeeds');
+is(join(' ', values_on($masters, 'app:sf')), 'nil nil nil', 'on every master');
 
 # --- faults
 my $limit = 1 + 1 + 3;    # connect_timeout + command_timeout, in s, plus slack
