@@ -155,8 +155,8 @@ ok(!(grep { $_ <= 55000 || $_ > 60000 } @pttl), "each for the TTL (@pttl ms left
 works($s, "SELECT key, scope, holds FROM redis_locks()", 'k1|session|1', 'redis_locks() shows it');
 
 my @fences = map { $_->command('GET', $_->sibling('app:', 'fence', 'k1') // 'none') // 'nil' } @m;
-my ($largest) = sort { $b <=> $a } map { Math::BigInt->new($_) } @fences;
-works($s, "SELECT redis_lock_fence('k1')", "$largest",
+my ($largest) = sort { $b <=> $a } map { Math::BigInt->new($_) } grep { /^[0-9]+$/ } @fences;
+works($s, "SELECT redis_lock_fence('k1')", $largest // "no token on any master",
 	"the fencing token is the largest of the masters' (@fences)");
 
 check_validity("redis_lock_extend('k1', 120000)", 'k1', 120000, 'extend');
