@@ -27,6 +27,11 @@
 // key), --counter HOST:PORT/KEY, --seconds (run time, 5), --ttl (lease in
 // ms, 1000), --hold-ms (sleep inside a section, 2), --password (for every
 // Redis), --worker (a name for the report), --retry-delay (ms, 20).
+//
+// With --once try or --once hold (no --counter needed) it makes one attempt
+// instead and prints {"worker":"w1","locked":true|false,"value":...};
+// "try" releases what it got at once, "hold" keeps it until its standard
+// input ends, then releases it and prints {"worker":"w1","unlocked":true}.
 'use strict';
 
 const Redis = require('ioredis');
@@ -43,8 +48,10 @@ function parseArgs(argv) {
 			throw new Error(`bad argument: ${argv[i]}`);
 		opts[argv[i].slice(2)] = argv[i + 1];
 	}
-	for (const name of ['masters', 'resource', 'counter'])
+	for (const name of ['masters', 'resource', ...(opts.once ? [] : ['counter'])])
 		if (!opts[name]) throw new Error(`--${name} is required`);
+	if (opts.once && !['try', 'hold'].includes(opts.once))
+		throw new Error(`--once must be try or hold, not ${opts.once}`);
 	return opts;
 }
 
@@ -73,9 +80,41 @@ function ready(c) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// One attempt (--once): report whether the lock was granted; hold it until
+// standard input ends if asked to, then release it.
+async function once(opts, redlock) {
+	let lock = null;
+	try {
+		lock = await redlock.lock(opts.resource, Number(opts.ttl));
+	} catch (err) {
+		lock = null;
+	}
+	console.log(JSON.stringify({
+		worker: opts.worker, locked: lock !== null, value: lock ? lock.value : null,
+	}));
+	if (!lock) return;
+	if (opts.once === 'hold') {
+		await new Promise((resolve) => {
+			process.stdin.on('end', resolve);
+			process.stdin.resume();
+		});
+	}
+	await lock.unlock();
+	if (opts.once === 'hold')
+		console.log(JSON.stringify({ worker: opts.worker, unlocked: true }));
+}
+
 async function main() {
 	const opts = parseArgs(process.argv.slice(2));
 	const masters = opts.masters.split(',').map((e) => client(e, opts.password));
+	if (opts.once) {
+		const redlock = new Redlock(masters, { retryCount: 0 });
+		redlock.on('clientError', () => {});
+		await Promise.all(masters.map(ready));
+		await once(opts, redlock);
+		for (const c of masters) c.disconnect();
+		return;
+	}
 	const [counterAt, counterKey] = opts.counter.split('/');
 	const counter = client(counterAt, opts.password);
 	const insideKey = `${counterKey}:inside`;
