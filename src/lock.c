@@ -839,8 +839,12 @@ locks_verify_before_commit(void)
 		lock = (HeldLock *) calls[i].origin;
 		if (script_result(&calls[i], user_key(lock)) != 1)
 		{
-			/* not ours: the abort that follows must not try to release it */
-			lock->in_redis = false;
+			/*
+			 * Reported here, so the abort's release keeps quiet; it still
+			 * deletes the key where it carries our token (a minority of a
+			 * Redlock server's masters may)
+			 */
+			lock->fence = 0;
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("Redis lock \"%s\" was lost before commit",
