@@ -479,42 +479,63 @@ advance_run(NodeRun *run)
 static void
 await_replies(NodeRun *runs, int nruns, TimestampTz deadline, int elevel)
 {
-	RedisNode  *waiting_nodes[8];
-	RedisNode **waiting = waiting_nodes;
+	RedisNode  *nodes_here[8];
+	NodeRun    *node_runs_here[8];
+	bool		waiting_here[8];
+	RedisNode **nodes = nodes_here;
+	NodeRun   **node_runs = node_runs_here;
+	bool	   *waiting = waiting_here;
+	int			nnodes = 0;
 	int			i;
 
-	if (nruns > lengthof(waiting_nodes))
-		waiting = palloc(sizeof(RedisNode *) * nruns);
+	if (nruns > lengthof(nodes_here))
+	{
+		nodes = palloc(sizeof(RedisNode *) * nruns);
+		node_runs = palloc(sizeof(NodeRun *) * nruns);
+		waiting = palloc(sizeof(bool) * nruns);
+	}
 
 	for (i = 0; i < nruns; i++)
+	{
 		if (runs[i].failure == RUN_OK)
 			take_replies(&runs[i]);
+		if (run_done(&runs[i]))
+			continue;
+		nodes[nnodes] = runs[i].node;
+		node_runs[nnodes++] = &runs[i];
+	}
 
 	for (;;)
 	{
-		int			nwaiting = 0;
+		bool		any = false;
 		int			nready;
 
-		for (i = 0; i < nruns; i++)
-			if (!run_done(&runs[i]))
-				waiting[nwaiting++] = runs[i].node;
-		if (nwaiting == 0)
+		for (i = 0; i < nnodes; i++)
+		{
+			waiting[i] = !run_done(node_runs[i]);
+			any |= waiting[i];
+		}
+		if (!any)
 			break;
 
-		nready = node_wait(waiting, nwaiting, deadline, elevel);
-		for (i = 0; i < nruns; i++)
+		nready = node_wait(nodes, waiting, nnodes, deadline, elevel);
+		for (i = 0; i < nnodes; i++)
 		{
-			if (run_done(&runs[i]))
+			if (!waiting[i])
 				continue;
 			if (nready > 0)
-				advance_run(&runs[i]);
+				advance_run(node_runs[i]);
 			else
-				fail_run(&runs[i],
+				fail_run(node_runs[i],
 						 nready == 0 ? RUN_TIMED_OUT : RUN_GIVEN_UP, 0);
 		}
 	}
-	if (waiting != waiting_nodes)
+	if (nodes != nodes_here)
+	{
+		pfree(nodes);
+		pfree(node_runs);
 		pfree(waiting);
+	}
 }
 
 /*

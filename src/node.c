@@ -38,6 +38,23 @@
 /* Bytes read from a socket at a time */
 #define RECEIVE_CHUNK		(16 * 1024)
 
+/* Nodes a shared wait set is kept for (a Redlock server's masters, say) */
+#define SHARED_WAIT_NODES	8
+
+/*
+ * The wait set of the last wait over several nodes, kept for the next one
+ * over the same nodes: making one costs a system call per socket.  A node
+ * that disconnects leaves it.
+ */
+static struct
+{
+	WaitEventSet *set;
+	int			nnodes;
+	RedisNode  *nodes[SHARED_WAIT_NODES];
+	int			pos[SHARED_WAIT_NODES];
+	uint32		events[SHARED_WAIT_NODES];
+} shared_wait;
+
 static long
 ms_until(TimestampTz deadline)
 {
@@ -63,27 +80,144 @@ serve_interrupts(int elevel)
 	return !ProcDiePending;
 }
 
+/* The socket events a node waits for */
+static uint32
+wanted_events(const RedisNode *node)
+{
+	if (node->out_sent < node->out.len)
+		return WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE;
+	return WL_SOCKET_READABLE;
+}
+
+/* Forget the shared wait set, if node is in it */
+static void
+leave_shared_wait(const RedisNode *node)
+{
+	int			i;
+
+	for (i = 0; i < shared_wait.nnodes; i++)
+	{
+		if (shared_wait.nodes[i] != node)
+			continue;
+		FreeWaitEventSet(shared_wait.set);
+		shared_wait.set = NULL;
+		shared_wait.nnodes = 0;
+		return;
+	}
+}
+
 /*
- * Wait until one of the nodes can make progress: readable when it awaits
- * replies, writable when it has bytes to write.  Returns the number of
- * nodes that can, 0 when the deadline passed, -1 when the wait was given
- * up for a termination request.  A single node waits on its own set,
- * made when it connected; several share a set made for the occasion.
+ * The wait set for a wait over several nodes: the shared one when it was
+ * made for the same nodes, else a new one, kept for next time when the
+ * nodes are few enough and all connected.  *made_here says whether the
+ * caller must free it.
+ */
+static WaitEventSet *
+wait_set_for(RedisNode **nodes, int nnodes, bool *made_here)
+{
+	WaitEventSet *set;
+	bool		keep = nnodes <= SHARED_WAIT_NODES;
+	int			i;
+
+	for (i = 0; i < nnodes; i++)
+		if (!node_is_connected(nodes[i]))
+			keep = false;
+
+	*made_here = false;
+	if (shared_wait.set != NULL && shared_wait.nnodes == nnodes &&
+		memcmp(shared_wait.nodes, nodes, sizeof(RedisNode *) * nnodes) == 0)
+	{
+		for (i = 0; i < nnodes; i++)
+		{
+			uint32		wanted = wanted_events(nodes[i]);
+
+			if (wanted != shared_wait.events[i])
+			{
+				ModifyWaitEvent(shared_wait.set, shared_wait.pos[i], wanted,
+								NULL);
+				shared_wait.events[i] = wanted;
+			}
+		}
+		return shared_wait.set;
+	}
+
+	if (keep && shared_wait.set != NULL)
+	{
+		FreeWaitEventSet(shared_wait.set);
+		shared_wait.set = NULL;
+		shared_wait.nnodes = 0;
+	}
+	set = CreateWaitEventSet(keep ? TopMemoryContext : CurrentMemoryContext,
+							 nnodes + 2);
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	for (i = 0; i < nnodes; i++)
+	{
+		uint32		wanted;
+		int			pos;
+
+		if (!node_is_connected(nodes[i]))
+			continue;
+		wanted = wanted_events(nodes[i]);
+		pos = AddWaitEventToSet(set, wanted, nodes[i]->sock, NULL, nodes[i]);
+		if (keep)
+		{
+			shared_wait.nodes[i] = nodes[i];
+			shared_wait.pos[i] = pos;
+			shared_wait.events[i] = wanted;
+		}
+	}
+	if (keep)
+	{
+		shared_wait.set = set;
+		shared_wait.nnodes = nnodes;
+	}
+	else
+		*made_here = true;
+	return set;
+}
+
+/*
+ * Bytes that came on a node nobody waits on now (late replies) are taken
+ * into its reader at once, so that its socket does not keep the wait
+ * awake; they are read in order when the node is next used.  A node whose
+ * stream ended or failed is closed: nothing of it is waited for.  False
+ * then.
+ */
+static bool
+take_in_early(RedisNode *node)
+{
+	bool		closed;
+
+	if (node_receive(node, &closed))
+		return true;
+	node_disconnect(node);
+	return false;
+}
+
+/*
+ * Wait until one of the nodes that waiting[] marks can make progress:
+ * readable when it awaits replies, writable when it has bytes to write.
+ * Returns the number of nodes that can, 0 when the deadline passed, -1
+ * when the wait was given up for a termination request.  A single node
+ * waits on its own set, made when it connected; several share a set kept
+ * for the same nodes, all of them, so that the set stays the same while
+ * some finish.
  */
 int
-node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline, int elevel)
+node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
+		  TimestampTz deadline, int elevel)
 {
 	WaitEventSet *set;
 	WaitEvent	events[8];
+	bool		made_here = false;
 	int			i;
 
 	if (nnodes == 1)
 	{
 		RedisNode  *node = nodes[0];
-		uint32		wanted = WL_SOCKET_READABLE;
+		uint32		wanted = wanted_events(node);
 
-		if (node->out_sent < node->out.len)
-			wanted |= WL_SOCKET_WRITEABLE;
 		if (wanted != node->waitset_events)
 		{
 			ModifyWaitEvent(node->waitset, node->waitset_socket_pos, wanted,
@@ -93,26 +227,14 @@ node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline, int elevel)
 		set = node->waitset;
 	}
 	else
-	{
-		set = CreateWaitEventSet(CurrentMemoryContext, nnodes + 2);
-		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL,
-						  NULL);
-		for (i = 0; i < nnodes; i++)
-		{
-			uint32		wanted = WL_SOCKET_READABLE;
-
-			if (nodes[i]->out_sent < nodes[i]->out.len)
-				wanted |= WL_SOCKET_WRITEABLE;
-			AddWaitEventToSet(set, wanted, nodes[i]->sock, NULL, nodes[i]);
-		}
-	}
+		set = wait_set_for(nodes, nnodes, &made_here);
 
 	for (;;)
 	{
 		long		timeout = ms_until(deadline);
 		int			nready = 0;
 		int			nevents;
+		bool		closed_one = false;
 
 		if (timeout <= 0)
 			break;
@@ -129,16 +251,35 @@ node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline, int elevel)
 				}
 			}
 			else if (events[i].events & WL_SOCKET_MASK)
-				nready++;
+			{
+				RedisNode  *node = nnodes == 1 ? nodes[0] :
+					(RedisNode *) events[i].user_data;
+				int			n;
+
+				for (n = 0; nodes[n] != node; n++)
+					;
+				if (waiting[n])
+					nready++;
+				else if (!take_in_early(node))
+					closed_one = true;
+			}
+		}
+		if (closed_one && nready == 0)
+		{
+			/* the closed node left the shared set; wait on the others */
+			if (made_here)
+				FreeWaitEventSet(set);
+			set = wait_set_for(nodes, nnodes, &made_here);
+			continue;
 		}
 		if (nready != 0)
 		{
-			if (nnodes > 1)
+			if (made_here)
 				FreeWaitEventSet(set);
 			return nready;
 		}
 	}
-	if (nnodes > 1)
+	if (made_here)
 		FreeWaitEventSet(set);
 	return 0;
 }
@@ -410,6 +551,7 @@ node_disconnect(RedisNode *node)
 {
 	if (node->sock == PGINVALID_SOCKET)
 		return;
+	leave_shared_wait(node);
 	FreeWaitEventSet(node->waitset);
 	node->waitset = NULL;
 	redisReaderFree(node->reader);

@@ -113,8 +113,8 @@ extern bool node_peer_closed(RedisNode *node);
 extern bool node_flush(RedisNode *node);
 extern bool node_receive(RedisNode *node, bool *closed);
 extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
-extern int	node_wait(RedisNode **nodes, int nnodes, TimestampTz deadline,
-					  int elevel);
+extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
+					  TimestampTz deadline, int elevel);
 
 /* What a foreign server names: one Redis, or the seeds of a Redis Cluster */
 typedef enum RedisServerKind
