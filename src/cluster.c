@@ -1,8 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * cluster.c
- *		Which node serves a call: the one node of a single server, or the
- *		master of the key's hash slot in a Redis Cluster.
+ *		Which node serves a call: the one node of a single server, the
+ *		master that a Sentinel server's Sentinels named (sentinel.c), or
+ *		the master of the key's hash slot in a Redis Cluster.  A call on a
+ *		Redlock server goes to every master (redlock.c).
  *
  * A cluster server starts from its seed nodes.  The slot map (CLUSTER
  * SLOTS) is asked of any node that answers, on first use and again after a

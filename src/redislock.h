@@ -145,7 +145,7 @@ typedef struct RedisConn
 	bool		retired;		/* replaced; alive only while pinned */
 	bool		used_in_xact;	/* used by the current transaction */
 	int			pins;
-	MemoryContext cxt;			/* holds the option strings below */
+	MemoryContext cxt;			/* holds the option strings and nodes below */
 	int			database;
 	char	   *key_prefix;
 	char	   *username;

@@ -16,6 +16,8 @@
 #   every master and gives them back;
 # - redis_server_nodes() shows the three masters, their slots covering
 #   0-16383 once, connected;
+# - min_replicas waits for the replica of the key's master, and a lock that
+#   too few replicas acknowledge is an error (55000) and is not left;
 # - the user mapping's ACL user and password are used on every node; no
 #   mapping, or a wrong password, is refused.
 use strict;
@@ -267,6 +269,22 @@ is("$out$err", 't', 'redis_server_nodes() shows the current server');
 ($out, $err) = session_query($s,
 	q{SELECT endpoint, role FROM redis_server_nodes('redislock')});
 is("$out$err", "127.0.0.1:$m1|master", 'a single server is one row');
+
+# --- min_replicas on a cluster: WAIT goes to the master of the key's slot
+$node->safe_psql('postgres', "ALTER SERVER rc OPTIONS (ADD min_replicas '1', ADD replica_timeout '500')");
+my ($replica1) = $cluster->replicas_of($m1);
+my $mr = user_key_on($cluster, $m1, 'shop:', 'mr');
+works($s, "SELECT redis_lock_acquire_session('$mr', 60000)", 't',
+	'min_replicas 1: a lock on a master with a replica');
+ok((grep { $_ eq "shop:$mr" } $cluster->node($replica1)->keys("shop:$mr")),
+	'its replica has the lock when the call returns');
+works($s, "SELECT redis_lock_release('$mr')", 't', 'and it is released');
+$node->safe_psql('postgres', "ALTER SERVER rc OPTIONS (SET min_replicas '2')");
+($out, $err) = session_query($s, "SELECT redis_lock_acquire('$mr', 60000)");
+like($err, qr/ERROR:\s+55000: .*1 of 2 required replicas/,
+	'min_replicas 2 with one replica per master: 55000, one of two acknowledged');
+is($cluster->command($m1, 'EXISTS', "shop:$mr"), '0', 'and the lock is not left on the master');
+$node->safe_psql('postgres', 'ALTER SERVER rc OPTIONS (DROP min_replicas, DROP replica_timeout)');
 
 # --- credentials on every node
 like($cluster->command($_, 'CLIENT', 'LIST'), qr/\buser=app\b/, "port $_: the session is user \"app\"")
