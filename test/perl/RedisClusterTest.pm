@@ -25,15 +25,16 @@ use warnings;
 
 use Carp;
 use Exporter 'import';
-use PostgreSQL::Test::Cluster;
 use Test::More;
-use RedisLockTest qw(session_query key_slot);
+use RedisLockTest qw(session_query key_slot session works node_with_server);
 
 our @EXPORT_OK = qw(new_cluster_node session works user_key_on);
 
 =pod
 
 =head1 FUNCTIONS
+
+C<session> and C<works> are RedisLockTest's, exported here too.
 
 =over
 
@@ -51,57 +52,8 @@ sub new_cluster_node
 {
 	my ($name, $cluster, %opts) = @_;
 	my $seeds = $opts{seeds} // $cluster->seeds;
-	my $prefix = defined $opts{key_prefix} ? ", key_prefix '$opts{key_prefix}'" : '';
 
-	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
-	$node->append_conf('postgresql.conf', $opts{conf}) if defined $opts{conf};
-	$node->start;
-	$node->safe_psql(
-		'postgres', qq{
-		CREATE EXTENSION redislock;
-		CREATE SERVER rc FOREIGN DATA WRAPPER redislock
-			OPTIONS (cluster '$seeds'$prefix);
-		GRANT USAGE ON FOREIGN SERVER rc TO PUBLIC;
-		ALTER DATABASE postgres SET redislock.server = rc;
-	});
-	$node->safe_psql('postgres', $opts{sql}) if defined $opts{sql};
-	return $node;
-}
-
-=pod
-
-=item session($node)
-
-A background psql session on database C<postgres> that goes on after
-errors and shows them in verbose form (with their SQLSTATE).
-
-=cut
-
-sub session
-{
-	my ($node) = @_;
-	my $session = $node->background_psql('postgres', on_error_stop => 0, timeout => 120);
-	$session->set_query_timer_restart;
-	session_query($session, '\set VERBOSITY verbose');
-	return $session;
-}
-
-=pod
-
-=item works($session, $sql, $expected, $name)
-
-Run C<$sql> in the session and check that its output is C<$expected> and
-that it raised nothing; returns the output and the errors.
-
-=cut
-
-sub works
-{
-	my ($session, $sql, $expected, $name) = @_;
-	my ($out, $err) = session_query($session, $sql);
-	is("$out$err", $expected, $name);
-	return ($out, $err);
+	return node_with_server($name, 'rc', "cluster '$seeds'", %opts);
 }
 
 =pod

@@ -44,10 +44,11 @@ use IO::Socket::INET;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use Test::More;
 use Time::HiRes qw(gettimeofday tv_interval usleep);
 
 our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
-  wait_until backend_gone key_slot);
+  wait_until backend_gone key_slot session works node_with_server);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -468,6 +469,74 @@ sub session_query
 	my $out = $session->query($sql);
 	return ($out, $session->{stderr},
 		Time::HiRes::tv_interval($t0));
+}
+
+=pod
+
+=head2 node_with_server($name, $server, $options, %opts)
+
+Create and start a PostgreSQL node (C<conf> may give lines for
+postgresql.conf), create the extension in database C<postgres> and a
+server C<$server> of the redislock wrapper with C<$options> (what goes in
+its OPTIONS list) and C<key_prefix> if given; grant USAGE on it to PUBLIC
+and make it the database's C<redislock.server>.  C<before> is SQL run right
+after CREATE EXTENSION, C<sql> SQL run at the end.  Returns the node.
+
+=cut
+
+sub node_with_server
+{
+	my ($name, $server, $options, %opts) = @_;
+	my $prefix = defined $opts{key_prefix} ? ", key_prefix '$opts{key_prefix}'" : '';
+	my $node = PostgreSQL::Test::Cluster->new($name);
+
+	$node->init;
+	$node->append_conf('postgresql.conf', $opts{conf}) if defined $opts{conf};
+	$node->start;
+	$node->safe_psql('postgres',
+		join("\n",
+			'CREATE EXTENSION redislock;',
+			$opts{before} // '',
+			"CREATE SERVER $server FOREIGN DATA WRAPPER redislock OPTIONS ($options$prefix);",
+			"GRANT USAGE ON FOREIGN SERVER $server TO PUBLIC;",
+			"ALTER DATABASE postgres SET redislock.server = $server;"));
+	$node->safe_psql('postgres', $opts{sql}) if defined $opts{sql};
+	return $node;
+}
+
+=pod
+
+=head2 session($node)
+
+A background psql session on database C<postgres> that goes on after
+errors and shows them in verbose form (with their SQLSTATE).
+
+=cut
+
+sub session
+{
+	my ($node) = @_;
+	my $session = $node->background_psql('postgres', on_error_stop => 0, timeout => 120);
+	$session->set_query_timer_restart;
+	session_query($session, '\set VERBOSITY verbose');
+	return $session;
+}
+
+=pod
+
+=head2 works($session, $sql, $expected, $name)
+
+Run C<$sql> in the session and check that its output is C<$expected> and
+that it raised nothing; returns the output and the errors.
+
+=cut
+
+sub works
+{
+	my ($session, $sql, $expected, $name) = @_;
+	my ($out, $err) = session_query($session, $sql);
+	is("$out$err", $expected, $name);
+	return ($out, $err);
 }
 
 =pod
