@@ -13,6 +13,8 @@
 #   acknowledged, and leave nothing in Redis: no lock, no fencing token, the
 #   stock whole, no decrement record, no buyer, the same number of keys.
 # - Once the replica is back, they work again.
+# - A server that refuses WAIT (here an ACL user without it) fails the call
+#   with 0A000 saying so, and leaves no lock.
 use strict;
 use warnings;
 
@@ -202,6 +204,18 @@ ok( defined wait_until(
 # --- a Redis without replicas
 $lone->command('SET', 'l:item', 5);
 nothing_without_replicas('lone', $lone, 0, 1, 'l:item', '5');
+
+# --- a server that refuses WAIT (as some managed services do): an ACL user
+# without it stands for one
+$lone->command('ACL', 'SETUSER', 'nowait', 'on', '>nw', '~*', '+@all', '-wait');
+$node->safe_psql('postgres',
+	"CREATE USER MAPPING FOR CURRENT_USER SERVER lone OPTIONS (username 'nowait', password 'nw')");
+session_query($s, 'SET redislock.server = lone');
+($out, $err) = session_query($s, "SELECT redis_lock_acquire('l:w', 60000)");
+like($err, qr/ERROR:\s+0A000: Redis server at \S+ refused WAIT, which option "min_replicas" needs/,
+	'a server refusing WAIT: 0A000 that says so');
+is($lone->command('EXISTS', 'l:w'), '0', 'and the lock is not left');
+session_query($s, 'RESET redislock.server');
 
 $s->quit;
 $node->stop;
