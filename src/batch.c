@@ -591,11 +591,16 @@ static void
 send_run(NodeRun *run)
 {
 	RedisNode  *node = run->node;
+	bool		helpers = false;
 	int			i;
 
 	node->checked = false;
 	node->deferred = node->awaiting;
-	run->calls = palloc(sizeof(RedisCall *) * run->nwanted * 3);
+	for (i = 0; i < run->nwanted; i++)
+		helpers |= run->wanted[i]->load_script || run->wanted[i]->asking;
+	/* most runs send just what they want, in that order */
+	run->calls = helpers ?
+		palloc(sizeof(RedisCall *) * run->nwanted * 3) : run->wanted;
 	run->ncalls = 0;
 	for (i = 0; i < run->nwanted; i++)
 	{

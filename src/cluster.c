@@ -358,33 +358,54 @@ ask_slot_map(RedisConn *conn, RedisNode *node, RedisDeadline deadline,
 }
 
 /*
- * Ask for the slot map, trying the nodes in turn, connected ones first: a
- * seed may be down, or may have left the cluster.  When no node answers,
- * the one that got furthest is asked again to report why, at elevel.
+ * The nodes to ask where the others are, the Sentinels or the data nodes,
+ * connected ones first: they answer at once, and a seed or Sentinel may be
+ * down.  The list is taken before asking, which may add nodes to conn.
+ * Returns its length.
  */
-static void
-refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
+int
+redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels, RedisNode ***nodes)
 {
-	bool		connected_first[2] = {true, false};
-	RedisNode  *reached = conn->nodes[0];
+	RedisNode **order = palloc(sizeof(RedisNode *) * conn->nnodes);
+	int			n = 0;
 	int			pass;
 	int			i;
 
-	/* asked once per set of calls; a failure below makes it stale again */
-	conn->map_stale = false;
-	for (pass = 0; pass < lengthof(connected_first); pass++)
+	for (pass = 0; pass < 2; pass++)
 	{
 		for (i = 0; i < conn->nnodes; i++)
 		{
 			RedisNode  *node = conn->nodes[i];
 
-			if (node_is_connected(node) != connected_first[pass])
-				continue;
-			if (ask_slot_map(conn, node, deadline, DEBUG1))
-				return;
-			if (node_is_connected(node) || node->connect_error == NULL)
-				reached = node;
+			if (node->is_sentinel == sentinels &&
+				node_is_connected(node) == (pass == 0))
+				order[n++] = node;
 		}
+	}
+	*nodes = order;
+	return n;
+}
+
+/*
+ * Ask for the slot map, trying the nodes in turn.  When no node answers,
+ * the one that got furthest is asked again to report why, at elevel.
+ */
+static void
+refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
+{
+	RedisNode **nodes;
+	int			nnodes = redis_conn_nodes_to_ask(conn, false, &nodes);
+	RedisNode  *reached = conn->nodes[0];
+	int			i;
+
+	/* asked once per set of calls; a failure below makes it stale again */
+	conn->map_stale = false;
+	for (i = 0; i < nnodes; i++)
+	{
+		if (ask_slot_map(conn, nodes[i], deadline, DEBUG1))
+			return;
+		if (node_is_connected(nodes[i]) || nodes[i]->connect_error == NULL)
+			reached = nodes[i];
 	}
 	if (!ask_slot_map(conn, reached, deadline, elevel))
 		ereport(elevel,

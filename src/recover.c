@@ -36,10 +36,7 @@
 /* One record found, and what is done with it */
 typedef struct FoundRecord
 {
-	char	   *stock_key;		/* Redis key of the stock */
-	int			stock_keylen;
-	char	   *ops_key;
-	int			ops_keylen;
+	StockKeys	keys;			/* the item's */
 	char	   *field;			/* the record's operation id */
 	FullTransactionId fxid;
 	int64		qty;
@@ -125,18 +122,14 @@ collect_records(const RedisCall *hgetall, const char *ops_key,
 	for (i = 0; i + 1 < hgetall->nelements; i += 2)
 	{
 		FoundRecord *record = palloc0(sizeof(FoundRecord));
-		const char *user_key = marker + strlen("}:ops:");
-		int			user_keylen = strlen(user_key);
+		char	   *stock_key = psprintf("%.*s%s", prefixlen, ops_key,
+										 marker + strlen("}:ops:"));
 
 		if (!parse_record(hgetall->elements[i], hgetall->elements[i + 1],
 						  sysid, record))
 			continue;
-		record->stock_keylen = prefixlen + user_keylen;
-		record->stock_key = palloc(record->stock_keylen + 1);
-		memcpy(record->stock_key, ops_key, prefixlen);
-		memcpy(record->stock_key + prefixlen, user_key, user_keylen + 1);
-		record->ops_key = pstrdup(ops_key);
-		record->ops_keylen = strlen(ops_key);
+		stock_keys_init(&record->keys, stock_key, strlen(stock_key),
+						prefixlen);
 		record->outcome = transaction_outcome(record->fxid);
 		*records = lappend(*records, record);
 	}
@@ -147,7 +140,7 @@ collect_records(const RedisCall *hgetall, const char *ops_key,
  * clear those of committed ones, in one round trip.
  */
 static void
-settle_records(RedisConn *conn, List *records, int prefixlen)
+settle_records(RedisConn *conn, List *records)
 {
 	RedisCall  *calls = palloc(sizeof(RedisCall) * Max(list_length(records), 1));
 	int			ncalls = 0;
@@ -160,27 +153,13 @@ settle_records(RedisConn *conn, List *records, int prefixlen)
 
 		if (strcmp(record->outcome, "aborted") == 0)
 		{
-			int			buyers_keylen;
-			char	   *buyers_key = redis_sibling_key(record->stock_key,
-													   record->stock_keylen,
-													   prefixlen, "buyers",
-													   &buyers_keylen);
-
-			redis_call_init(call, conn, &stock_giveback_script);
-			call->nkeys = 3;
-			redis_call_arg(call, record->stock_key, record->stock_keylen);
-			redis_call_arg(call, record->ops_key, record->ops_keylen);
-			redis_call_arg(call, buyers_key, buyers_keylen);
+			stock_keys_call(call, conn, &record->keys, &stock_giveback_script);
+			redis_call_arg(call, record->field, strlen(record->field));
 		}
 		else if (strcmp(record->outcome, "committed") == 0)
-		{
-			redis_call_init(call, conn, NULL);
-			redis_call_arg(call, "HDEL", 4);
-			redis_call_arg(call, record->ops_key, record->ops_keylen);
-		}
+			stock_clear_record_call(call, conn, &record->keys, record->field);
 		else
 			continue;
-		redis_call_arg(call, record->field, strlen(record->field));
 		ncalls++;
 	}
 	redis_run(calls, ncalls);
@@ -193,8 +172,8 @@ put_record_row(ReturnSetInfo *rsinfo, const FoundRecord *record,
 	Datum		values[5];
 	bool		nulls[5] = {false};
 
-	values[0] = PointerGetDatum(cstring_to_text_with_len(record->stock_key + prefixlen,
-														 record->stock_keylen - prefixlen));
+	values[0] = PointerGetDatum(cstring_to_text_with_len(record->keys.stock + prefixlen,
+														 record->keys.stocklen - prefixlen));
 	values[1] = FullTransactionIdGetDatum(record->fxid);
 	values[2] = Int64GetDatum(record->qty);
 	if (record->buyer != NULL)
@@ -249,7 +228,7 @@ recover_node(ReturnSetInfo *rsinfo, RedisConn *conn, RedisNode *node,
 			collect_records(&reads[i - 1], scan.elements[i], prefixlen, sysid,
 							&records);
 
-		settle_records(conn, records, prefixlen);
+		settle_records(conn, records);
 		foreach(lc, records)
 			put_record_row(rsinfo, lfirst(lc), prefixlen);
 	} while (strcmp(cursor, "0") != 0);

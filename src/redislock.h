@@ -270,6 +270,8 @@ extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints,
 									 const char *role);
 extern void redis_conn_set_seeds(RedisConn *conn, List *endpoints);
 extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
+extern int	redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels,
+									RedisNode ***nodes);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
 extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
@@ -315,6 +317,27 @@ extern void locks_verify_before_commit(void);
 extern void locks_end_xact(RedisBatch *batch, bool session_too);
 extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
 
+/*
+ * An item's keys, all in one slot: its stock (key_prefix || key), the
+ * records of its decrements and its buyers
+ */
+typedef struct StockKeys
+{
+	char	   *stock;
+	int			stocklen;
+	int			prefixlen;
+	char	   *ops;
+	int			opslen;
+	char	   *buyers;
+	int			buyerslen;
+} StockKeys;
+
+extern void stock_keys_init(StockKeys *keys, const char *rkey, int rkeylen,
+							int prefixlen);
+extern void stock_keys_call(RedisCall *call, RedisConn *conn,
+							const StockKeys *keys, const RedisScript *script);
+extern void stock_clear_record_call(RedisCall *call, RedisConn *conn,
+									const StockKeys *keys, const char *op_id);
 extern void stock_require_counter_server(const RedisConn *conn);
 extern bool stock_has_pending(void);
 extern void stock_end_xact(RedisBatch *batch, bool commit);

@@ -95,34 +95,26 @@ confirmed_master(RedisConn *conn, RedisNode *node, RedisDeadline deadline)
 void
 sentinel_find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
 {
-	bool		connected_first[2] = {true, false};
-	int			pass;
+	RedisNode **sentinels;
+	int			nsentinels = redis_conn_nodes_to_ask(conn, true, &sentinels);
 	int			i;
 
 	conn->map_stale = false;
-	for (pass = 0; pass < lengthof(connected_first); pass++)
+	for (i = 0; i < nsentinels; i++)
 	{
-		for (i = 0; i < conn->nnodes; i++)
-		{
-			RedisNode  *sentinel = conn->nodes[i];
-			int			master;
+		int			master = master_named_by(conn, sentinels[i], deadline);
 
-			if (!sentinel->is_sentinel ||
-				node_is_connected(sentinel) != connected_first[pass])
-				continue;
-			master = master_named_by(conn, sentinel, deadline);
-			if (master < 0)
-				continue;
-			if (master != conn->master_index &&
-				!confirmed_master(conn, conn->nodes[master], deadline))
-				continue;
-			if (conn->master_index >= 0 && conn->master_index != master)
-				conn->nodes[conn->master_index]->role = "unknown";
-			conn->master_index = master;
-			conn->nodes[master]->role = "master";
-			conn->master_checked_at = GetCurrentTimestamp();
-			return;
-		}
+		if (master < 0)
+			continue;
+		if (master != conn->master_index &&
+			!confirmed_master(conn, conn->nodes[master], deadline))
+			continue;
+		if (conn->master_index >= 0 && conn->master_index != master)
+			conn->nodes[conn->master_index]->role = "unknown";
+		conn->master_index = master;
+		conn->nodes[master]->role = "master";
+		conn->master_checked_at = GetCurrentTimestamp();
+		return;
 	}
 	conn->map_stale = true;
 	ereport(elevel,

@@ -33,13 +33,7 @@ typedef struct PendingDecrement
 {
 	dlist_node	node;
 	RedisConn  *conn;
-	char	   *rkey;			/* the stock's Redis key */
-	int			rkeylen;
-	int			prefixlen;
-	char	   *ops_key;		/* the records of decrements */
-	int			ops_keylen;
-	char	   *buyers_key;		/* the set of buyers */
-	int			buyers_keylen;
+	StockKeys	keys;
 	char	   *buyer;			/* NULL when purchases are not per buyer */
 	char	   *op_id;			/* this decrement's record */
 	int64		qty;
@@ -220,20 +214,13 @@ redis_stock_delete(PG_FUNCTION_ARGS)
 {
 	RedisCall	call;
 	const char *key;
-	int			prefixlen;
-	int			ops_keylen;
-	int			buyers_keylen;
-	char	   *ops_key;
-	char	   *buyers_key;
+	StockKeys	keys;
 
+	/* key, the user's key, follows the prefix inside the Redis key */
 	prepare_stock_call(fcinfo, &call, "DEL", &key);
-	prefixlen = key - call.argv[1];
-	ops_key = redis_sibling_key(call.argv[1], call.argvlen[1], prefixlen,
-								"ops", &ops_keylen);
-	buyers_key = redis_sibling_key(call.argv[1], call.argvlen[1], prefixlen,
-								   "buyers", &buyers_keylen);
-	redis_call_arg(&call, ops_key, ops_keylen);
-	redis_call_arg(&call, buyers_key, buyers_keylen);
+	stock_keys_init(&keys, call.argv[1], call.argvlen[1], key - call.argv[1]);
+	redis_call_arg(&call, keys.ops, keys.opslen);
+	redis_call_arg(&call, keys.buyers, keys.buyerslen);
 	redis_run(&call, 1);
 	PG_RETURN_BOOL(stock_result(&call, key) > 0);
 }
@@ -298,14 +285,7 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	decrement = palloc0(sizeof(PendingDecrement));
 
 	decrement->conn = conn;
-	decrement->rkey = pstrdup(rkey);
-	decrement->rkeylen = rkeylen;
-	decrement->prefixlen = strlen(conn->key_prefix);
-	decrement->ops_key = redis_sibling_key(rkey, rkeylen, decrement->prefixlen,
-										   "ops", &decrement->ops_keylen);
-	decrement->buyers_key = redis_sibling_key(rkey, rkeylen,
-											  decrement->prefixlen, "buyers",
-											  &decrement->buyers_keylen);
+	stock_keys_init(&decrement->keys, rkey, rkeylen, strlen(conn->key_prefix));
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);
 	decrement->op_id = psprintf(UINT64_FORMAT ":" UINT64_FORMAT ":" UINT64_FORMAT,
@@ -329,19 +309,45 @@ forget_decrement(PendingDecrement *decrement)
 }
 
 /*
- * The decrement and give-back scripts take the same keys: stock, records,
- * buyers.
+ * An item's keys and what is kept beside them, made from its Redis key,
+ * whose first prefixlen bytes are the server's key prefix
  */
-static void
-prepare_decrement_call(RedisCall *call, PendingDecrement *decrement,
-					   const RedisScript *script)
+void
+stock_keys_init(StockKeys *keys, const char *rkey, int rkeylen, int prefixlen)
 {
-	redis_call_init(call, decrement->conn, script);
+	keys->stock = pnstrdup(rkey, rkeylen);
+	keys->stocklen = rkeylen;
+	keys->prefixlen = prefixlen;
+	keys->ops = redis_sibling_key(rkey, rkeylen, prefixlen, "ops",
+								  &keys->opslen);
+	keys->buyers = redis_sibling_key(rkey, rkeylen, prefixlen, "buyers",
+									 &keys->buyerslen);
+}
+
+/*
+ * Start a call of a script on an item: the decrement and give-back scripts
+ * take the same keys, stock, records, buyers
+ */
+void
+stock_keys_call(RedisCall *call, RedisConn *conn, const StockKeys *keys,
+				const RedisScript *script)
+{
+	redis_call_init(call, conn, script);
 	call->nkeys = 3;
-	redis_call_arg(call, decrement->rkey, decrement->rkeylen);
-	redis_call_arg(call, decrement->ops_key, decrement->ops_keylen);
-	redis_call_arg(call, decrement->buyers_key, decrement->buyers_keylen);
-	call->origin = decrement;
+	redis_call_arg(call, keys->stock, keys->stocklen);
+	redis_call_arg(call, keys->ops, keys->opslen);
+	redis_call_arg(call, keys->buyers, keys->buyerslen);
+}
+
+/* The HDEL that clears the record of a committed decrement */
+void
+stock_clear_record_call(RedisCall *call, RedisConn *conn,
+						const StockKeys *keys, const char *op_id)
+{
+	redis_call_init(call, conn, NULL);
+	redis_call_arg(call, "HDEL", 4);
+	redis_call_arg(call, keys->ops, keys->opslen);
+	redis_call_arg(call, op_id, strlen(op_id));
 }
 
 /* The stock left after a decrement, which Redis sends as a string */
@@ -367,13 +373,14 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 	int64		qty = validated_qty(fcinfo, 1, false);
 	const char *buyer = validated_buyer(fcinfo, 2);
 	PendingDecrement *decrement = new_decrement(fcinfo, qty, buyer);
-	const char *key = decrement->rkey + decrement->prefixlen;
+	const char *key = decrement->keys.stock + decrement->keys.prefixlen;
 	RedisCall	calls[2];
 	RedisCall  *call = &calls[0];
 	int			ncalls = 1;
 	int64		remaining;
 
-	prepare_decrement_call(call, decrement, &stock_decr_script);
+	stock_keys_call(call, decrement->conn, &decrement->keys, &stock_decr_script);
+	call->origin = decrement;
 	redis_call_int_arg(call, qty);
 	redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
 	if (buyer != NULL)
@@ -411,7 +418,7 @@ static void
 giveback_done(RedisCall *call)
 {
 	PendingDecrement *decrement = (PendingDecrement *) call->origin;
-	const char *key = decrement->rkey + decrement->prefixlen;
+	const char *key = decrement->keys.stock + decrement->keys.prefixlen;
 
 	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0)
 		ereport(WARNING,
@@ -426,7 +433,8 @@ giveback_done(RedisCall *call)
 				 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
 						key),
 				 errdetail("Quantity not given back: " INT64_FORMAT "; the decrement's record stays at Redis server %s under operation id \"%s\".",
-						   decrement->qty, redis_key_endpoint(decrement->conn, decrement->rkey, decrement->rkeylen),
+						   decrement->qty, redis_key_endpoint(decrement->conn, decrement->keys.stock,
+											  decrement->keys.stocklen),
 						   decrement->op_id)));
 	else if (call->reply_type != REDIS_REPLY_INTEGER)
 		redis_unexpected_reply(call, key, WARNING);
@@ -439,7 +447,9 @@ queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
 {
 	RedisCall  *call = redis_batch_add(batch);
 
-	prepare_decrement_call(call, decrement, &stock_giveback_script);
+	stock_keys_call(call, decrement->conn, &decrement->keys,
+					&stock_giveback_script);
+	call->origin = decrement;
 	redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
 	call->on_reply = giveback_done;
 }
@@ -464,12 +474,8 @@ clear_committed_records(void)
 	{
 		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
 													  iter.cur);
-		RedisCall  *call = &calls[ncalls++];
-
-		redis_call_init(call, decrement->conn, NULL);
-		redis_call_arg(call, "HDEL", 4);
-		redis_call_arg(call, decrement->ops_key, decrement->ops_keylen);
-		redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
+		stock_clear_record_call(&calls[ncalls++], decrement->conn,
+								&decrement->keys, decrement->op_id);
 	}
 	redis_send_deferred(calls, ncalls);
 }
