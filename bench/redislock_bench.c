@@ -11,7 +11,10 @@
  * sends: lock key, fencing key, owner token, ttl to acquire; lock key,
  * owner token to release.  bench_floor_stock_decr runs the least a correct
  * decrement must do, check and take in one script, and keeps no record of
- * the operation.  There is one plain hiredis connection per backend, opened on
+ * the operation.  bench_floor_durable_stock_decr first makes the
+ * transaction's ID durable as redislock does before a decrement, so that the
+ * cost of that step can be told from the cost of the records.  There is one
+ * plain hiredis connection per backend, opened on
  * first use to redislock_bench.host and redislock_bench.port, and no
  * catalog access, privilege check, hold counting, give-back record or
  * transaction hook: what redislock costs above this is its bookkeeping.
@@ -27,8 +30,11 @@
 
 #include <hiredis/hiredis.h>
 
+#include "access/xact.h"
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "replication/message.h"
 #include "postmaster/postmaster.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -42,6 +48,7 @@ void		_PG_init(void);
 PG_FUNCTION_INFO_V1(bench_floor_acquire);
 PG_FUNCTION_INFO_V1(bench_floor_release);
 PG_FUNCTION_INFO_V1(bench_floor_stock_decr);
+PG_FUNCTION_INFO_V1(bench_floor_durable_stock_decr);
 
 /* Where Redis is (settings redislock_bench.host and redislock_bench.port) */
 static char *bench_host = NULL;
@@ -245,6 +252,24 @@ bench_floor_release(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(evalsha(&release_script, 1, 2, args, arglens) == 1);
 }
 
+/* The floor's decrement script: what remains, or -1 */
+static int64
+floor_decrement(text *key_text, int64 quantity)
+{
+	char	   *key = text_to_cstring(key_text);
+	char		qty[24];
+	const char *args[2];
+	size_t		arglens[2];
+
+	ensure_connected();
+	snprintf(qty, sizeof(qty), INT64_FORMAT, quantity);
+	args[0] = key;
+	arglens[0] = strlen(key);
+	args[1] = qty;
+	arglens[1] = strlen(qty);
+	return evalsha(&floor_decr_script, 1, 2, args, arglens);
+}
+
 /*
  * bench_floor_stock_decr(key, qty): the floor's decrement script; what
  * remains, or -1 (taking nothing) when fewer than qty units are left
@@ -252,18 +277,22 @@ bench_floor_release(PG_FUNCTION_ARGS)
 Datum
 bench_floor_stock_decr(PG_FUNCTION_ARGS)
 {
-	char	   *key = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	char		qty[24];
-	const char *args[2];
-	size_t		arglens[2];
+	PG_RETURN_INT64(floor_decrement(PG_GETARG_TEXT_PP(0), PG_GETARG_INT64(1)));
+}
 
-	ensure_connected();
-	snprintf(qty, sizeof(qty), INT64_FORMAT, PG_GETARG_INT64(1));
-	args[0] = key;
-	arglens[0] = strlen(key);
-	args[1] = qty;
-	arglens[1] = strlen(qty);
-	PG_RETURN_INT64(evalsha(&floor_decr_script, 1, 2, args, arglens));
+/*
+ * bench_floor_durable_stock_decr(key, qty): the same, after the step that
+ * redislock takes before a decrement reaches Redis: the transaction ID is
+ * assigned, carried by a small WAL record that is flushed, and the commit is
+ * made synchronous.
+ */
+Datum
+bench_floor_durable_stock_decr(PG_FUNCTION_ARGS)
+{
+	(void) GetCurrentFullTransactionId();
+	XLogFlush(LogLogicalMessage("redislock_bench", "", 0, false));
+	ForceSyncCommit();
+	PG_RETURN_INT64(floor_decrement(PG_GETARG_TEXT_PP(0), PG_GETARG_INT64(1)));
 }
 
 void
