@@ -14,10 +14,10 @@
  * the operation.  bench_floor_durable_stock_decr first makes the
  * transaction's ID durable as redislock does before a decrement, so that the
  * cost of that step can be told from the cost of the records.  There is one
- * plain hiredis connection per backend, opened on
- * first use to redislock_bench.host and redislock_bench.port, and no
- * catalog access, privilege check, hold counting, give-back record or
- * transaction hook: what redislock costs above this is its bookkeeping.
+ * plain hiredis connection per backend, opened on first use to
+ * redislock_bench.host and redislock_bench.port, and no catalog access,
+ * privilege check, hold counting, give-back record or transaction hook: what
+ * redislock costs above this is its bookkeeping.
  *
  * This module is built and loaded by bench/run only; the extension's
  * Makefile neither builds nor installs it.
@@ -34,8 +34,8 @@
 #include "access/xlog.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "replication/message.h"
 #include "postmaster/postmaster.h"
+#include "replication/message.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
