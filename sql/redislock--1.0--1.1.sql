@@ -21,8 +21,9 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'redis_disconnect_all'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT;
 
--- The nodes this backend knows of a server: a single server's one, or the
--- masters and replicas of a Redis Cluster with the slots each master serves.
+-- The nodes this backend knows of a server: a single server's one; a Redis
+-- Cluster's masters, with the slots each serves, and replicas; a Sentinel
+-- server's Sentinels and master; a Redlock server's masters.
 CREATE FUNCTION redis_server_nodes(server name DEFAULT NULL,
                                    OUT endpoint text, OUT role text,
                                    OUT slots text, OUT connected boolean)
