@@ -1,5 +1,5 @@
 EXTENSION = redislock
-EXTVERSION = 1.1
+EXTVERSION = 1.2
 
 MODULE_big = redislock
 OBJS = src/redislock.o src/resp.o src/node.o src/batch.o src/connection.o \
@@ -8,7 +8,8 @@ OBJS = src/redislock.o src/resp.o src/node.o src/batch.o src/connection.o \
 	src/xact.o
 SHLIB_LINK = -lhiredis
 
-DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.0--1.1.sql
+DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \
+	sql/redislock--1.0--1.1.sql sql/redislock--1.1--1.2.sql
 
 # Regression tests: sql/*.sql, expected/*.out.  Isolation specs:
 # test/specs/*.spec, expected/*.out (see "Test conventions" below).

@@ -1,0 +1,128 @@
+/* redislock--1.2.sql */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION redislock" to load this file. \quit
+
+-- Where Redis is: a foreign data wrapper whose servers carry host, port,
+-- unix_socket, database and key_prefix, and whose user mappings carry the
+-- Redis ACL username and password.
+CREATE FUNCTION redislock_fdw_validator(text[], oid)
+RETURNS void
+AS 'MODULE_PATHNAME'
+LANGUAGE C STRICT;
+
+CREATE FOREIGN DATA WRAPPER redislock
+  VALIDATOR redislock_fdw_validator;
+
+CREATE SERVER redislock FOREIGN DATA WRAPPER redislock
+  OPTIONS (host '127.0.0.1', port '6379');
+
+-- Locks.  The functions are not STRICT: a NULL argument is an error.
+CREATE FUNCTION redis_lock_acquire(key text, ttl_ms integer DEFAULT 30000,
+                                   wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_acquire_session(key text,
+                                           ttl_ms integer DEFAULT 30000,
+                                           wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire_session'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_release(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_release_all()
+RETURNS integer
+AS 'MODULE_PATHNAME', 'redis_lock_release_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_extend(key text, ttl_ms integer)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_extend'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_fence(key text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_lock_fence'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_locks(OUT key text, OUT scope text, OUT holds integer,
+                            OUT fence bigint, OUT acquired_at timestamptz,
+                            OUT lease_expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_locks'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
+
+-- Flash-sale stock
+CREATE FUNCTION redis_stock_set(key text, qty bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redis_stock_set'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stock_get(key text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_stock_get'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stock_incr(key text, qty bigint DEFAULT 1)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_stock_incr'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stock_decr(key text, qty bigint DEFAULT 1,
+                                 buyer text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_stock_decr'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Stock administration is for those an administrator chooses.
+REVOKE EXECUTE ON FUNCTION redis_stock_set(text, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION redis_stock_incr(text, bigint) FROM PUBLIC;
+
+-- Connections of this backend, as postgres_fdw shows and closes its own.
+CREATE FUNCTION redis_connections(OUT server_name name, OUT endpoint text,
+                                  OUT user_name name, OUT in_use boolean,
+                                  OUT valid boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_connections'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT ROWS 4;
+
+CREATE FUNCTION redis_disconnect(server name)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_disconnect'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+CREATE FUNCTION redis_disconnect_all()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_disconnect_all'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT;
+
+-- The nodes this backend knows of a server: a single server's one; a Redis
+-- Cluster's masters, with the slots each serves, and replicas; a Sentinel
+-- server's Sentinels and master; a Redlock server's masters.
+CREATE FUNCTION redis_server_nodes(server name DEFAULT NULL,
+                                   OUT endpoint text, OUT role text,
+                                   OUT slots text, OUT connected boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_server_nodes'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED ROWS 6;
+
+-- Removing an item, and settling decrements that their backends could not.
+CREATE FUNCTION redis_stock_delete(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_stock_delete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stock_recover(OUT key text, OUT xid xid8, OUT qty bigint,
+                                    OUT buyer text, OUT outcome text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_stock_recover'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
+
+REVOKE EXECUTE ON FUNCTION redis_stock_delete(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION redis_stock_recover() FROM PUBLIC;
