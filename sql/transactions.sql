@@ -117,10 +117,14 @@ SELECT redis_stock_set('xact:2pc_stock', 5);
 SELECT redis_stock_decr('xact:2pc_stock');
 PREPARE TRANSACTION 'regress_redislock';
 SELECT redis_stock_get('xact:2pc_stock');
--- session locks do not stop it (max_prepared_transactions is 0 here)
+-- session locks do not stop it: the PREPARE fails only where prepared
+-- transactions are disabled (max_prepared_transactions = 0, the default;
+-- transactions_1.out is the output where they are enabled)
 SELECT redis_lock_acquire_session('xact:session');
 BEGIN;
 PREPARE TRANSACTION 'regress_redislock';
+SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'regress_redislock';
+ROLLBACK PREPARED 'regress_redislock';
 SELECT redis_lock_release('xact:session');
 
 -- release_all also ends transaction holds

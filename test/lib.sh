@@ -182,7 +182,8 @@ rl_stop_redis() {
 }
 
 # rl_start_pg DIR PORT: initdb a cluster in DIR/data and start it, listening
-# on 127.0.0.1:PORT with its unix socket in DIR.  Local (socket) connections
+# on 127.0.0.1:PORT with its unix socket in DIR, with RL_PG_SETTINGS (lines
+# of postgresql.conf, e.g. "max_prepared_transactions = 2") if set.  Local (socket) connections
 # are trusted: DIR is private to the run user.  TCP logins need a password,
 # and no role has one.  Exports PGHOST, PGPORT and PGUSER for clients.
 rl_start_pg() {
@@ -198,6 +199,7 @@ rl_start_pg() {
 		unix_socket_directories = '$dir'
 		fsync = off
 		log_line_prefix = '%m [%p] %q%a '
+		${RL_PG_SETTINGS:-}
 	EOF
 	RL_PG_DATA=$dir/data
 	rl_as_user pg_ctl --pgdata="$RL_PG_DATA" --log="$dir/postgresql.log" \
