@@ -42,3 +42,13 @@ SELECT redis_stock_incr('err:text');
 SELECT redis_lock_acquire('err:hash');
 SELECT count(*) AS held FROM redis_locks() WHERE key = 'err:hash';
 \set VERBOSITY default
+
+-- a lease that a Redlock server's clock drift would leave no time, refused
+-- before any master is asked (none listens at these ports)
+CREATE SERVER err_redlock FOREIGN DATA WRAPPER redislock
+    OPTIONS (redlock '127.0.0.1:9,127.0.0.1:10,127.0.0.1:11');
+SET redislock.server = err_redlock;
+SELECT redis_lock_acquire('err:short', 2);
+SELECT redis_lock_extend('err:short', 1);
+RESET redislock.server;
+DROP SERVER err_redlock;

@@ -13,7 +13,7 @@ SELECT redis_lock_release('locks:foreign');
 
 -- a session lock: the Redis value is our owner token, the TTL our ttl_ms
 SELECT redis_lock_acquire_session('locks:s1', 20000);
-\! redis-cli -p $REDIS_PORT GET locks:s1 | grep -Ec '^pg:[^:]+:[0-9]+:[0-9]+:[0-9a-f]{32}$'
+\! redis-cli -p $REDIS_PORT GET locks:s1 | grep -Ec '^pg:[^:]+:[0-9]+:[0-9]+:[0-9]+:[0-9a-f]{32}$'
 \! redis-cli -p $REDIS_PORT PTTL locks:s1 | awk '{ print ($1 > 15000 && $1 <= 20000) ? "ttl ok" : "ttl " $1 }'
 SELECT key, scope, holds, fence > 0 AS fenced,
        lease_expires_at - acquired_at BETWEEN interval '19 s' AND interval '21 s' AS lease

@@ -63,6 +63,7 @@ typedef enum RunFailure
 	RUN_MOOT,					/* Redlock: decided without its replies */
 	RUN_TIMED_OUT,
 	RUN_GIVEN_UP,				/* termination requested during an end */
+	RUN_NOT_WAITED,				/* an end sent its calls to a stalled node */
 	RUN_IO_ERROR,
 	RUN_CLOSED,
 	RUN_PROTOCOL_ERROR
@@ -100,7 +101,8 @@ static void report_failure(const NodeRun *run, RedisDeadline deadline,
 static const char *failure_reason(const NodeRun *run, RedisDeadline deadline,
 								  int *sqlstate);
 static void drop_reply(RedisNode *node, redisReply *reply);
-static void send_redirected_cleanup(RedisNode *node);
+static void send_queued_cleanup(RedisNode *node);
+static void send_cleanup(RedisCall *call);
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
@@ -445,7 +447,10 @@ take_replies(NodeRun *run)
 		run->nreplied++;
 	}
 	if (run->nreplied > nreplied)
+	{
 		node->last_reply = GetCurrentTimestamp();
+		node->stalled = false;
+	}
 }
 
 /* Write what is pending and read what has arrived on a run's node */
@@ -740,6 +745,7 @@ drop_arrived_replies(RedisNode *node)
 		}
 		if (reply == NULL)
 			return;
+		node->stalled = false;
 		drop_reply(node, reply);
 	}
 }
@@ -749,10 +755,11 @@ drop_arrived_replies(RedisNode *node)
  * while idle is opened again without a word, since nothing of ours was on
  * it.  The check costs a system call, so a connection that answered within
  * the last IDLE_CHECK_USEC is taken as alive.  Connecting and
- * authenticating are bounded by connect_timeout.
+ * authenticating are bounded by connect_timeout (and by *deadline, unless
+ * that counts from the first byte sent: it then starts once connected).
  */
 static bool
-prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
+prepare_node(NodeRun *run, RedisDeadline *deadline, int elevel)
 {
 	RedisNode  *node = run->node;
 	RedisDeadline connect_deadline;
@@ -772,10 +779,11 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 
 	connect_deadline.ms = redislock_connect_timeout;
 	connect_deadline.lock_timeout = false;
+	connect_deadline.from_first_byte = false;
 	connect_deadline.at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  redislock_connect_timeout);
-	if (deadline.at < connect_deadline.at)
-		connect_deadline = deadline;
+	if (!deadline->from_first_byte && deadline->at < connect_deadline.at)
+		connect_deadline = *deadline;
 	if (!node_connect(node, connect_deadline.at, elevel))
 	{
 		fail_run(run, RUN_NOT_CONNECTED, 0);
@@ -788,8 +796,11 @@ prepare_node(NodeRun *run, RedisDeadline deadline, int elevel)
 		fail_run(run, RUN_NOT_ACCEPTED, 0);
 		return false;
 	}
-	send_redirected_cleanup(node);
+	send_queued_cleanup(node);
 	node->checked = true;
+	if (deadline->from_first_byte)
+		deadline->at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   deadline->ms);
 	return true;
 }
 
@@ -816,7 +827,7 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 	redis_call_arg(&call, key, keylen);
 	redis_route_calls(&pcall, 1, deadline, ERROR, true);
 	run.node = call.node;
-	if (!prepare_node(&run, deadline, ERROR) &&
+	if (!prepare_node(&run, &deadline, ERROR) &&
 		run.failure == RUN_NOT_CONNECTED && conn->kind != REDIS_SERVER_SINGLE)
 	{
 		redis_conn_lost_node(conn);
@@ -824,7 +835,7 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 		redis_route_calls(&pcall, 1, deadline, ERROR, true);
 		run.node = call.node;
 		run.failure = RUN_OK;
-		(void) prepare_node(&run, deadline, ERROR);
+		(void) prepare_node(&run, &deadline, ERROR);
 	}
 	report_failure(&run, deadline, ERROR);
 }
@@ -860,6 +871,13 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 							endpoint, deadline.ms),
 					 errdetail("The outcome of the command is unknown; it was not sent again."),
 					 errhint("Raise redislock.command_timeout if Redis is only slow.")));
+			break;
+		case RUN_NOT_WAITED:
+			ereport(elevel,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("did not wait for Redis server at %s, which has not answered an earlier command",
+							endpoint),
+					 errdetail("The command was sent and runs after the earlier ones; its outcome is unknown.")));
 			break;
 		case RUN_GIVEN_UP:
 			ereport(elevel,
@@ -910,6 +928,8 @@ failure_reason(const NodeRun *run, RedisDeadline deadline, int *sqlstate)
 		case RUN_GIVEN_UP:
 			*sqlstate = ERRCODE_ADMIN_SHUTDOWN;
 			return "not waited for, the backend is terminating";
+		case RUN_NOT_WAITED:
+			return "not waited for, an earlier command is unanswered";
 		case RUN_IO_ERROR:
 			return strerror(run->failure_errno);
 		case RUN_CLOSED:
@@ -959,12 +979,16 @@ conclude_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
 		if (run->failure == RUN_IO_ERROR || run->failure == RUN_CLOSED ||
 			run->failure == RUN_PROTOCOL_ERROR || run->close_after)
 			node_disconnect(run->node);
-		if (run->failure != RUN_OK || run->close_after)
+		if (run->failure == RUN_TIMED_OUT)
+			run->node->stalled = true;
+		if ((run->failure != RUN_OK && run->failure != RUN_NOT_WAITED) ||
+			run->close_after)
 			redis_conn_lost_node(run->node->conn);
 		if (run->failure == RUN_OK || run->failure == RUN_REROUTED ||
 			run->failure == RUN_MOOT)
 			continue;
-		if (elevel < ERROR && current_end.active)
+		if (elevel < ERROR && current_end.active &&
+			run->failure != RUN_NOT_WAITED)
 			run->node->failed_end = current_end.id;
 		if (run->failure == RUN_GIVEN_UP)
 			current_end.deadline.at = 0;
@@ -1030,11 +1054,37 @@ is_noscript(const RedisCall *call)
 }
 
 /*
+ * Does the node still owe the reply of a call that timed out?  A
+ * transaction end does not wait for it once more: that would double what
+ * a stalled Redis costs the statement that timed out (a lock_timeout
+ * included).
+ */
+static bool
+owes_overdue_reply(const RedisNode *node)
+{
+	return node->stalled && node->awaiting > 0;
+}
+
+/*
+ * Send a run's calls without waiting for their replies, as clean-up is
+ * sent: Redis runs them after the calls it has not answered yet.
+ */
+static void
+send_unwaited(NodeRun *run)
+{
+	int			i;
+
+	for (i = 0; i < run->nwanted; i++)
+		send_cleanup(run->wanted[i]);
+	fail_run(run, RUN_NOT_WAITED, 0);
+}
+
+/*
  * Connect to every run's node and send its calls.  Nodes that failed
  * earlier in the transaction end under way are skipped.
  */
 static void
-start_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
+start_runs(NodeRun *runs, int nruns, RedisDeadline *deadline, int elevel)
 {
 	int			i;
 
@@ -1043,7 +1093,11 @@ start_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
 		if (elevel < ERROR && current_end.active &&
 			runs[i].node->failed_end == current_end.id)
 			fail_run(&runs[i], RUN_SKIPPED, 0);
-		else if (prepare_node(&runs[i], deadline, elevel))
+		else if (!prepare_node(&runs[i], deadline, elevel))
+			continue;
+		else if (elevel < ERROR && owes_overdue_reply(runs[i].node))
+			send_unwaited(&runs[i]);
+		else
 			send_run(&runs[i]);
 	}
 }
@@ -1258,9 +1312,11 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 		redlock_start_round(pending, npending);
 		redis_route_calls(pending, npending, deadline, elevel, true);
 		runs = group_calls(pending, npending, &nruns);
-		start_runs(runs, nruns, deadline, elevel);
+		start_runs(runs, nruns, &deadline, elevel);
 		await_replies(runs, nruns, deadline.at, elevel);
-		reroute_unreachable(runs, nruns, &rerouted);
+		/* the last round has none after it to send rerouted calls in */
+		if (round < MAX_ROUNDS)
+			reroute_unreachable(runs, nruns, &rerouted);
 		if (!conclude_runs(runs, nruns, deadline, elevel))
 			ok = false;
 		if (!report_failed_loads(runs, nruns, elevel))
@@ -1288,6 +1344,7 @@ redis_command_deadline(void)
 	deadline.at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 											  redislock_command_timeout);
 	deadline.lock_timeout = false;
+	deadline.from_first_byte = true;
 	return deadline;
 }
 
@@ -1341,21 +1398,22 @@ typedef struct RedirectableCall
 	RedisCall	call;			/* argv copied in the same allocation */
 } RedirectableCall;
 
-/* Keep a copy of call, in TopMemoryContext, as the node's command seq */
-static void
-keep_redirectable(RedisNode *node, const RedisCall *call)
+/* A copy of call, with its arguments, in TopMemoryContext */
+static RedirectableCall *
+copy_cleanup(const RedisCall *call)
 {
 	Size		size = sizeof(RedirectableCall);
 	RedirectableCall *kept;
-	MemoryContext oldcxt;
 	char	   *strings;
 	int			i;
 
 	for (i = 0; i < call->argc; i++)
 		size += call->argvlen[i];
 	kept = MemoryContextAlloc(TopMemoryContext, size);
-	kept->seq = node->sent - 1;
+	kept->seq = 0;
 	kept->call = *call;
+	kept->call.reply_type = 0;	/* any reply it had is not kept */
+	kept->call.str = NULL;
 	strings = (char *) (kept + 1);
 	for (i = 0; i < call->argc; i++)
 	{
@@ -1363,25 +1421,44 @@ keep_redirectable(RedisNode *node, const RedisCall *call)
 		kept->call.argv[i] = strings;
 		strings += call->argvlen[i];
 	}
-	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-	node->redirectable = lappend(node->redirectable, kept);
+	return kept;
+}
+
+/* Append kept to a list kept in TopMemoryContext */
+static List *
+lappend_kept(List *list, RedirectableCall *kept)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+
+	list = lappend(list, kept);
 	MemoryContextSwitchTo(oldcxt);
+	return list;
 }
 
 /*
- * Send a call whose reply nobody waits for.  False when the node was not
- * connected, or failed during this end: what the call would clean up is
- * found again later.
+ * Send a call whose reply nobody waits for.  Clean-up for a node that is
+ * not connected is kept and sent first thing once it is (Redis runs it
+ * before anything that this backend sends after it), so that a release
+ * "on every master, answered or not" also reaches a master whose
+ * connection closed.  Clean-up for a node that failed during this end is
+ * dropped: what it would clean up is found again later, or ends with its
+ * lease.
  */
-static bool
+static void
 send_cleanup(RedisCall *call)
 {
 	RedisNode  *node = call->node;
 
 	/* a Sentinel server whose master is not known yet */
-	if (node->is_sentinel || !node_is_connected(node) ||
+	if (node->is_sentinel ||
 		(current_end.active && node->failed_end == current_end.id))
-		return false;
+		return;
+	if (!node_is_connected(node))
+	{
+		node->queued_cleanup = lappend_kept(node->queued_cleanup,
+											copy_cleanup(call));
+		return;
+	}
 	if (call->asking)
 	{
 		RedisCall	asking;
@@ -1396,22 +1473,27 @@ send_cleanup(RedisCall *call)
 	node->awaiting++;
 	node->sent++;
 	if (call->conn->kind == REDIS_SERVER_CLUSTER)
-		keep_redirectable(node, call);
+	{
+		RedirectableCall *kept = copy_cleanup(call);
+
+		kept->seq = node->sent - 1;
+		node->redirectable = lappend_kept(node->redirectable, kept);
+	}
 
 	/* a broken connection is found, and closed, by the node's next run */
-	return node_flush(node);
+	(void) node_flush(node);
 }
 
-/* Send the clean-up that was redirected to node before it was connected */
+/* Send the clean-up kept for node while it was not connected */
 static void
-send_redirected_cleanup(RedisNode *node)
+send_queued_cleanup(RedisNode *node)
 {
-	while (node->redirected != NIL && node_is_connected(node))
+	while (node->queued_cleanup != NIL && node_is_connected(node))
 	{
-		RedirectableCall *kept = linitial(node->redirected);
+		RedirectableCall *kept = linitial(node->queued_cleanup);
 
-		node->redirected = list_delete_first(node->redirected);
-		(void) send_cleanup(&kept->call);
+		node->queued_cleanup = list_delete_first(node->queued_cleanup);
+		send_cleanup(&kept->call);
 		pfree(kept);
 	}
 }
@@ -1446,19 +1528,8 @@ drop_reply(RedisNode *node, redisReply *reply)
 		kept->call.reply_type = reply->type;
 		kept->call.str = pnstrdup(reply->str, reply->len);
 		kept->call.len = reply->len;
-		if (redis_follow_redirect(&kept->call) &&
-			!node_is_connected(kept->call.node))
-		{
-			MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-
-			/* sent when this backend next connects to that node */
-			kept->call.node->redirected =
-				lappend(kept->call.node->redirected, kept);
-			MemoryContextSwitchTo(oldcxt);
-			kept = NULL;
-		}
-		else if (kept->call.node != node)
-			(void) send_cleanup(&kept->call);
+		if (redis_follow_redirect(&kept->call) && kept->call.node != node)
+			send_cleanup(&kept->call);
 	}
 	if (kept != NULL)
 		pfree(kept);
@@ -1482,7 +1553,7 @@ redis_send_deferred(RedisCall *calls, int ncalls)
 	redis_route_calls(pending, npending, redis_command_deadline(), WARNING,
 					  false);
 	for (i = 0; i < npending; i++)
-		(void) send_cleanup(pending[i]);
+		send_cleanup(pending[i]);
 	for (i = 0; i < ncalls; i++)
 		calls[i].quorum = NULL;
 	pfree(pending);

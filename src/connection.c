@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "access/reloptions.h"
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_user_mapping.h"
@@ -232,18 +233,23 @@ set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
 }
 
 static RedisConn *
-new_connection(Oid serverid, Oid userid)
+new_connection(ForeignServer *server, Oid userid)
 {
 	RedisConn  *conn = MemoryContextAllocZero(TopMemoryContext,
 											  sizeof(RedisConn));
+	MemoryContext oldcxt;
 
-	conn->serverid = serverid;
+	conn->serverid = server->serverid;
 	conn->userid = userid;
 	conn->server_hashvalue = GetSysCacheHashValue1(FOREIGNSERVEROID,
-												   ObjectIdGetDatum(serverid));
+												   ObjectIdGetDatum(server->serverid));
 	conn->cxt = AllocSetContextCreate(TopMemoryContext,
 									  "redislock connection options",
 									  ALLOCSET_SMALL_SIZES);
+	oldcxt = MemoryContextSwitchTo(conn->cxt);
+	conn->servername = pstrdup(server->servername);
+	conn->owner_token = redislock_owner_token(server->serverid);
+	MemoryContextSwitchTo(oldcxt);
 	dlist_push_tail(&connections, &conn->node_link);
 	return conn;
 }
@@ -314,7 +320,7 @@ connection_from_catalog(Oid serverid, Oid userid)
 				 errmsg("foreign server \"%s\" does not belong to foreign data wrapper redislock",
 						server->servername)));
 
-	conn = new_connection(serverid, userid);
+	conn = new_connection(server, userid);
 	set_options(conn, server, user_mapping_options(userid, serverid));
 	return conn;
 }
@@ -369,14 +375,44 @@ connection_for(Oid serverid)
 	return conn;
 }
 
+/*
+ * Locks and decrements belong to the backend that made them and end with
+ * its transaction, so a parallel worker, whose state ends before the
+ * leader's transaction does, is refused, even where a PARALLEL SAFE wrapper
+ * brought the call.
+ */
+static void
+refuse_parallel_worker(void)
+{
+	if (IsParallelWorker())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot use Redis locks or stock in a parallel worker"),
+				 errhint("Mark functions that call redislock PARALLEL UNSAFE, as its own are.")));
+}
+
 /* The connection entry for redislock.server and the current user */
 RedisConn *
 redis_conn_current(void)
 {
-	RedisConn  *conn = connection_for(current_server_oid());
+	RedisConn  *conn;
 
+	refuse_parallel_worker();
+	conn = connection_for(current_server_oid());
 	conn->used_in_xact = true;
 	return conn;
+}
+
+/*
+ * Check, before a call on conn, what redis_conn_current() checks for the
+ * server of redislock.server: for work on whatever servers the backend's
+ * locks are on.
+ */
+void
+redis_conn_check_usage(const RedisConn *conn)
+{
+	refuse_parallel_worker();
+	check_server_usage(conn->serverid, conn->servername);
 }
 
 /* A held lock or a pending stock decrement keeps its connection */

@@ -299,6 +299,49 @@ set_lease(HeldLock *lock, int ttl_ms, TimestampTz start)
 									redlock_drift_ms(lock->conn, ttl_ms));
 }
 
+/*
+ * Did the reply of a call that renewed the lease of lock to ttl_ms, sent at
+ * start, come while that lease was sure to be running?  A later reply
+ * confirms nothing: the lease may have run out, and another client may have
+ * taken the lock, before it came.
+ */
+static bool
+renewed_in_time(const HeldLock *lock, int ttl_ms, TimestampTz start)
+{
+	return GetCurrentTimestamp() <
+		TimestampTzPlusMilliseconds(start, ttl_ms -
+									redlock_drift_ms(lock->conn, ttl_ms));
+}
+
+/* The DETAIL of a renewal of lock that was late, or found it lost */
+static int
+errdetail_renewal_failed(const HeldLock *lock, bool late)
+{
+	if (late)
+		return errdetail("Redis server %s confirmed the lease only when it may have run out already.",
+						 lock_endpoint(lock));
+	return errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
+					 lock_endpoint(lock));
+}
+
+/*
+ * A lease of ttl_ms on a Redlock server must outlast the clock drift its
+ * masters are allowed, or no grant or renewal could ever come in time.
+ */
+static void
+check_ttl_for_server(const RedisConn *conn, int ttl_ms)
+{
+	int			drift = redlock_drift_ms(conn, ttl_ms);
+
+	if (ttl_ms <= drift)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl_ms must be greater than %d on Redlock server \"%s\"",
+						drift, conn->servername),
+				 errdetail("The masters' clocks may drift apart by 1%% of a lease plus 2 ms, which a lease of %d ms does not outlast.",
+						   ttl_ms)));
+}
+
 /* Add the lock's key to a call */
 static void
 add_lock_key(RedisCall *call, const HeldLock *lock)
@@ -318,9 +361,8 @@ add_lock_keys(RedisCall *call, const HeldLock *lock)
 static void
 add_token_arg(RedisCall *call)
 {
-	const char *token = redislock_owner_token();
-
-	redis_call_arg(call, token, strlen(token));
+	redis_call_arg(call, call->conn->owner_token,
+				   strlen(call->conn->owner_token));
 }
 
 /* Make call the script that resets the lease of lock to ttl_ms if ours */
@@ -375,6 +417,7 @@ attempt_deadline(TimestampTz start, int wait_ms)
 			deadline.at = lock_end;
 			deadline.ms = LockTimeout;
 			deadline.lock_timeout = true;
+			deadline.from_first_byte = false;
 		}
 	}
 	return deadline;
@@ -510,15 +553,16 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	call;
+	bool		renewed;
 
 	prepare_extend(&call, lock, ttl_ms);
 	redis_run(&call, 1);
-	if (script_result(&call, user_key(lock)) != 1)
+	renewed = script_result(&call, user_key(lock)) == 1;
+	if (!renewed || !renewed_in_time(lock, ttl_ms, start))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
-				 errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
-						   lock_endpoint(lock)),
+				 errdetail_renewal_failed(lock, renewed),
 				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
 	set_lease(lock, ttl_ms, start);
 }
@@ -584,6 +628,7 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 	int			rkeylen;
 	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, &rkey, &rkeylen);
 
+	check_ttl_for_server(conn, ttl_ms);
 	if (lock != NULL && total_holds(lock) > 0)
 		renew_held_lock(lock, ttl_ms);
 	else
@@ -668,9 +713,38 @@ redis_lock_release(PG_FUNCTION_ARGS)
 }
 
 /*
+ * Forget the locks of release calls that got a reply, counting those that
+ * Redis released and reporting those whose lease had been lost.  A lock
+ * whose call got no reply is kept: Redis may still have it.  Returns how
+ * many were released.
+ */
+static int
+forget_released(RedisCall *calls, int ncalls)
+{
+	int			released = 0;
+	int			i;
+
+	for (i = 0; i < ncalls; i++)
+	{
+		HeldLock   *lock = (HeldLock *) calls[i].origin;
+
+		if (calls[i].reply_type != REDIS_REPLY_INTEGER)
+			continue;
+		if (calls[i].integer == 1)
+			released++;
+		else if (total_holds(lock) > 0)
+			warn_lost(lock);
+		remove_lock(lock);
+	}
+	return released;
+}
+
+/*
  * redis_lock_release_all(): end every hold, session and transaction alike,
  * in one round trip per Redis server.  Returns how many keys were released;
- * locks whose lease was lost are reported and not counted.
+ * locks whose lease was lost are reported and not counted.  The caller
+ * needs USAGE on every server involved.  When a server fails, the locks
+ * that others released are forgotten before the error is raised.
  */
 Datum
 redis_lock_release_all(PG_FUNCTION_ARGS)
@@ -679,7 +753,7 @@ redis_lock_release_all(PG_FUNCTION_ARGS)
 	HeldLock   *lock;
 	RedisCall  *calls;
 	int			ncalls = 0;
-	int			released = 0;
+	int			released;
 	int			i;
 
 	if (held_locks == NULL)
@@ -690,19 +764,23 @@ redis_lock_release_all(PG_FUNCTION_ARGS)
 	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
 		if (total_holds(lock) > 0 || lock->in_redis)
 			prepare_release(&calls[ncalls++], lock);
-
-	redis_run(calls, ncalls);
 	for (i = 0; i < ncalls; i++)
+		redis_conn_check_usage(calls[i].conn);
+
+	PG_TRY();
 	{
-		HeldLock   *done = (HeldLock *) calls[i].origin;
-
-		if (script_result(&calls[i], user_key(done)) == 1)
-			released++;
-		else if (total_holds(done) > 0)
-			warn_lost(done);
+		redis_run(calls, ncalls);
 	}
+	PG_CATCH();
+	{
+		(void) forget_released(calls, ncalls);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	released = forget_released(calls, ncalls);
 	for (i = 0; i < ncalls; i++)
-		remove_lock((HeldLock *) calls[i].origin);
+		if (calls[i].reply_type != REDIS_REPLY_INTEGER)
+			script_result(&calls[i], user_key((HeldLock *) calls[i].origin));
 	PG_RETURN_INT32(released);
 }
 
@@ -714,10 +792,13 @@ Datum
 redis_lock_extend(PG_FUNCTION_ARGS)
 {
 	int			ttl_ms = validated_ttl(fcinfo, 1);
-	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	RedisConn  *conn;
+	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, NULL, NULL);
 	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	call;
+	bool		renewed;
 
+	check_ttl_for_server(conn, ttl_ms);
 	if (lock == NULL || total_holds(lock) == 0)
 	{
 		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
@@ -726,9 +807,13 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 
 	prepare_extend(&call, lock, ttl_ms);
 	redis_run(&call, 1);
-	if (script_result(&call, user_key(lock)) != 1)
+	renewed = script_result(&call, user_key(lock)) == 1;
+	if (!renewed || !renewed_in_time(lock, ttl_ms, start))
 	{
-		warn_lost(lock);
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
+				 errdetail_renewal_failed(lock, renewed)));
 		PG_RETURN_BOOL(false);
 	}
 	set_lease(lock, ttl_ms, start);
@@ -836,8 +921,11 @@ locks_verify_before_commit(void)
 	redis_run(calls, ncalls);
 	for (i = 0; i < ncalls; i++)
 	{
+		bool		renewed;
+
 		lock = (HeldLock *) calls[i].origin;
-		if (script_result(&calls[i], user_key(lock)) != 1)
+		renewed = script_result(&calls[i], user_key(lock)) == 1;
+		if (!renewed || !renewed_in_time(lock, lock->ttl_ms, start))
 		{
 			/*
 			 * Reported here, so the abort's release keeps quiet; it still
@@ -849,8 +937,7 @@ locks_verify_before_commit(void)
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("Redis lock \"%s\" was lost before commit",
 							user_key(lock)),
-					 errdetail("The lock at Redis server %s expired or was taken by another client while the transaction held it.",
-							   lock_endpoint(lock)),
+					 errdetail_renewal_failed(lock, renewed),
 					 errhint("Retry the transaction; a longer ttl_ms may help.")));
 		}
 		set_lease(lock, lock->ttl_ms, start);

@@ -581,8 +581,8 @@ node_destroy(RedisNode *node)
 	if (node->connect_error != NULL)
 		pfree(node->connect_error);
 	node->connect_error = NULL;
-	list_free_deep(node->redirected);
-	node->redirected = NIL;
+	list_free_deep(node->queued_cleanup);
+	node->queued_cleanup = NIL;
 }
 
 bool

@@ -29,20 +29,26 @@ bool		redislock_verify_before_commit = true;
 uint32		redislock_wait_event = PG_WAIT_EXTENSION;
 
 /* Built on first use; lives as long as the backend */
-static char *owner_token = NULL;
+/* What every owner token of this backend starts and ends with */
+static char *token_backend = NULL;
+static char *token_random = NULL;
 
 void		_PG_init(void);
 
 /*
- * The owner token: random bytes from pg_strong_random, so nobody can guess
- * it, prefixed by host, port and pid so that someone looking at the key with
- * redis-cli can tell which backend holds it.  One token serves every lock
- * of the backend, as a Redisson client id serves every lock of a client.
+ * The owner token of this backend's locks on a foreign server: random bytes
+ * from pg_strong_random, so nobody can guess it, prefixed by host, port, pid
+ * and the server's OID so that someone looking at the key with redis-cli can
+ * tell which backend holds it.  One token serves every lock of the backend
+ * on one server, as a Redisson client id serves every lock of a client; two
+ * servers that lead to the same keys (one Redis, one key prefix) are two
+ * owners, so that a release through one never ends a hold taken through
+ * the other.  Palloc'd in the current memory context.
  */
-const char *
-redislock_owner_token(void)
+char *
+redislock_owner_token(Oid serverid)
 {
-	if (owner_token == NULL)
+	if (token_random == NULL)
 	{
 		uint8		random_bytes[16];
 		char		hex[sizeof(random_bytes) * 2 + 1];
@@ -60,12 +66,13 @@ redislock_owner_token(void)
 			strlcpy(hostname, "unknown", sizeof(hostname));
 		hostname[sizeof(hostname) - 1] = '\0';
 
-		owner_token = MemoryContextStrdup(TopMemoryContext,
-										  psprintf("pg:%s:%d:%d:%s",
-												   hostname, PostPortNumber,
-												   MyProcPid, hex));
+		token_backend = MemoryContextStrdup(TopMemoryContext,
+											psprintf("pg:%s:%d:%d", hostname,
+													 PostPortNumber,
+													 MyProcPid));
+		token_random = MemoryContextStrdup(TopMemoryContext, hex);
 	}
-	return owner_token;
+	return psprintf("%s:%u:%s", token_backend, serverid, token_random);
 }
 
 /*

@@ -42,8 +42,8 @@ extern bool redislock_verify_before_commit;
 /* Wait event reported while waiting for a lock or for Redis */
 extern uint32 redislock_wait_event;
 
-/* The value every lock of this backend carries in Redis */
-extern const char *redislock_owner_token(void);
+/* The value this backend's locks on a foreign server carry in Redis */
+extern char *redislock_owner_token(Oid serverid);
 
 /*
  * A Lua script run with EVALSHA.  The SHA-1 is computed locally once, so
@@ -91,11 +91,12 @@ typedef struct RedisNode
 	uint64		sent;			/* commands sent since connecting */
 	List	   *redirectable;	/* clean-up sent after commit to a cluster
 								 * node, whose reply may redirect it */
-	List	   *redirected;		/* clean-up redirected here before this node
-								 * was connected: sent once it is */
+	List	   *queued_cleanup; /* clean-up for this node while it was not
+								 * connected: sent once it is */
 	int			deferred;		/* leading ones that nobody waits for */
 	uint64		failed_end;		/* id of the transaction end it failed in */
 	bool		checked;		/* known ready: connected, peer not gone */
+	bool		stalled;		/* a call timed out, and no reply came since */
 	TimestampTz last_reply;		/* when a reply last arrived */
 	char	   *connect_error;	/* why the last connect failed, if it did */
 	int			connect_sqlstate;	/* and the SQLSTATE that says so */
@@ -140,6 +141,8 @@ typedef struct RedisConn
 	dlist_node	node_link;
 	Oid			serverid;
 	Oid			userid;
+	char	   *servername;		/* for messages */
+	char	   *owner_token;	/* what our locks on this server carry */
 	uint32		server_hashvalue;	/* syscache hash of serverid */
 	bool		invalidated;	/* catalog changed: re-read options */
 	bool		retired;		/* replaced; alive only while pinned */
@@ -170,6 +173,7 @@ typedef struct RedisConn
 } RedisConn;
 
 extern RedisConn *redis_conn_current(void);
+extern void redis_conn_check_usage(const RedisConn *conn);
 extern void redis_conn_pin(RedisConn *conn);
 extern void redis_conn_unpin(RedisConn *conn);
 extern void redis_conns_end_xact(void);
@@ -217,14 +221,19 @@ extern void resp_append_call(StringInfo buf, const RedisCall *call);
 extern void resp_append_script_load(StringInfo buf, const RedisScript *script);
 
 /*
- * An absolute deadline, the bound it came from for messages, and whether
- * that bound is lock_timeout (a timeout is then a lock timeout)
+ * An absolute deadline, the bound it came from for messages, whether that
+ * bound is lock_timeout (a timeout is then a lock timeout), and whether it
+ * counts from the first byte sent (command_timeout), so that connecting,
+ * which has connect_timeout of its own, starts it again.  A lock_timeout
+ * and the bound of a transaction end cover everything, connecting
+ * included.
  */
 typedef struct RedisDeadline
 {
 	TimestampTz at;
 	int			ms;
 	bool		lock_timeout;
+	bool		from_first_byte;
 } RedisDeadline;
 
 extern void redis_call_init(RedisCall *call, RedisConn *conn,

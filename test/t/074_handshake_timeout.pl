@@ -3,7 +3,8 @@
 # README says: with Redis stopped (SIGSTOP: the kernel still completes TCP
 # connections, nothing answers), a first call fails with 08001 after about
 # connect_timeout, however large command_timeout is, and the session works
-# once Redis does.
+# once Redis does; and a command_timeout shorter than connect_timeout does
+# not cut the handshake short.
 use strict;
 use warnings;
 
@@ -58,6 +59,31 @@ foreach my $case ([ 'authed', 'AUTH', $authed ], [ 'db1', 'SELECT', $plain ])
 	($out) = session_query($s, "SELECT redis_lock_release('h1')");
 	is($out, 't', "$what: and releases it");
 }
+
+# A command_timeout shorter than connect_timeout does not cut the handshake
+# short: it counts from the first byte of the command, once connected.
+session_query($s, 'SET redislock.server = authed');
+session_query($s, 'SELECT redis_disconnect_all()');
+session_query($s,
+	'SET redislock.connect_timeout = 2000; SET redislock.command_timeout = 300');
+$authed->pause;
+($out, $err, $secs) = session_query($s, "SELECT redis_lock_acquire('h2', 30000)");
+$authed->resume;
+like($err, qr/ERROR:\s+08001: could not connect to Redis server at/,
+	'AUTH unanswered, command_timeout shorter: 08001');
+cmp_ok($secs, '>=', 1.9, 'AUTH unanswered, command_timeout shorter: not before connect_timeout');
+
+session_query($s, 'SELECT redis_disconnect_all()');
+$authed->pause;
+my $t0 = [ Time::HiRes::gettimeofday() ];
+RedisLockTest::start_query($s, "SELECT redis_lock_acquire_session('h2', 30000)");
+Time::HiRes::usleep(1_000_000);
+$authed->resume;
+($out, $err) = RedisLockTest::finish_query($s, 30);
+is("$out$err", 't',
+	'AUTH answered after 1 s, within connect_timeout but past command_timeout: the lock is taken');
+cmp_ok(Time::HiRes::tv_interval($t0), '>=', 0.95, 'and it waited for the handshake');
+session_query($s, "SELECT redis_lock_release('h2')");
 
 $s->quit;
 $node->stop;
