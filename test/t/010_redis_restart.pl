@@ -33,7 +33,7 @@ my ($out, $err, $secs);
 ($out, $err) = session_query($s, "SELECT redis_lock_acquire_session('r1', 30000)");
 is($out, 't', 'session lock taken while Redis runs');
 is($err, '', 'no message while Redis runs');
-like($redis->cli('GET', 'r1'), qr/^pg:.*:$pid:[0-9a-f]{32}$/,
+like($redis->cli('GET', 'r1'), qr/^pg:.*:$pid:[0-9]+:[0-9a-f]{32}$/,
 	'the lock carries the backend token');
 
 # --- Redis crashes under an open connection.
@@ -68,7 +68,7 @@ $redis->restart;
 ($out, $err) = session_query($s, "SELECT redis_lock_acquire_session('r3', 30000)");
 is($out, 't', 'same session takes a lock after Redis restarted');
 is($err, '', 'without any message');
-like($redis->cli('GET', 'r3'), qr/^pg:.*:$pid:[0-9a-f]{32}$/,
+like($redis->cli('GET', 'r3'), qr/^pg:.*:$pid:[0-9]+:[0-9a-f]{32}$/,
 	'the lock is in the restarted Redis with the same backend token');
 
 # r1 was taken before the crash: Redis lost it, so renewing it must say so

@@ -82,7 +82,7 @@ sub replicated
 sub token_of
 {
 	my ($p) = @_;
-	return qr/\Apg:.*:$p:[0-9a-f]{32}\z/;
+	return qr/\Apg:.*:$p:[0-9]+:[0-9a-f]{32}\z/;
 }
 
 # The master and the Sentinels, as redis_server_nodes($arg) gives them.

@@ -56,7 +56,7 @@ my ($out, $err);
 
 my $m = $group->node($master);
 my $r = $group->node($replica);
-my $token = qr/\Apg:.*:$pid:[0-9a-f]{32}\z/;
+my $token = qr/\Apg:.*:$pid:[0-9]+:[0-9a-f]{32}\z/;
 # Each server's keys start with a letter of their own, not with the
 # server's name, so that an error naming the key does not name the server.
 my %k = (via_sentinel => 's', direct => 'd', lone => 'l');
