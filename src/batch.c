@@ -84,15 +84,14 @@ typedef struct NodeRun
 } NodeRun;
 
 /*
- * The transaction end in progress, if any: the callbacks of one statement
- * (a ROLLBACK unwinding savepoints, a COMMIT and what follows) share its
- * deadline until a SQL function talks to Redis again.
+ * The transaction end in progress, if any, and its deadline, which the
+ * ends that continue it share (xact.c says which do).  A SQL function that
+ * talks to Redis closes it.
  */
 static struct
 {
 	bool		active;
 	uint64		id;
-	TimestampTz statement_start;
 	RedisDeadline deadline;
 } current_end;
 
@@ -1356,22 +1355,20 @@ redis_run(RedisCall *calls, int ncalls)
 }
 
 /*
- * The deadline of the transaction end under way, started now if none is:
- * command_timeout, capped by the administrator's end_timeout_limit.
+ * The deadline of a transaction end: that of the end under way when this
+ * one continues it, else a new one from now, command_timeout capped by the
+ * administrator's end_timeout_limit.
  */
 RedisDeadline
-redis_end_deadline(void)
+redis_end_deadline(bool continues)
 {
-	TimestampTz statement_start = GetCurrentStatementStartTimestamp();
-
-	if (!current_end.active || current_end.statement_start != statement_start)
+	if (!continues || !current_end.active)
 	{
 		int			ms = Min(redislock_command_timeout,
 							 redislock_end_timeout_limit);
 
 		current_end.active = true;
 		current_end.id++;
-		current_end.statement_start = statement_start;
 		current_end.deadline.ms = ms;
 		current_end.deadline.lock_timeout = false;
 		current_end.deadline.at =

@@ -250,7 +250,7 @@ extern void redis_connect(RedisConn *conn, const char *key, int keylen);
 extern void redis_run(RedisCall *calls, int ncalls);
 extern bool redis_run_until(RedisCall *calls, int ncalls,
 							RedisDeadline deadline, int elevel);
-extern RedisDeadline redis_end_deadline(void);
+extern RedisDeadline redis_end_deadline(bool continues);
 extern void redis_end_finish(void);
 extern void redis_send_deferred(RedisCall *calls, int ncalls);
 extern void redis_unexpected_reply(const RedisCall *call, const char *key,

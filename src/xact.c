@@ -35,6 +35,28 @@ typedef enum RedisScopeEnd
 } RedisScopeEnd;
 
 /*
+ * Does this end continue the one before it, and share its bound?  Only the
+ * ends of one ROLLBACK or ROLLBACK TO SAVEPOINT that unwinds savepoint
+ * levels do: PostgreSQL runs them back to back with the block marked as
+ * aborting.  Any other end has a bound of its own, since time may have
+ * passed since the one before: a savepoint rolled back by an exception
+ * block and the commit that ends its statement, or a transaction end and
+ * the backend's exit.
+ */
+static bool
+end_continues_previous(RedisScopeEnd scope)
+{
+	static TimestampTz unwinding_statement = 0;
+	TimestampTz statement = GetCurrentStatementStartTimestamp();
+	bool		unwinding = scope != END_SESSION &&
+		TransactionBlockStatusCode() == 'E';
+	bool		continues = unwinding && unwinding_statement == statement;
+
+	unwinding_statement = unwinding ? statement : 0;
+	return continues;
+}
+
+/*
  * End a subtransaction, a transaction or the session: queue the Redis work
  * of the holds and decrements that end (lock releases, give-backs of
  * decrements not committed), run it, then let each call's owner report
@@ -46,6 +68,7 @@ end_scope(RedisScopeEnd scope, bool commit)
 	MemoryContext oldcxt = MemoryContextSwitchTo(batch_cxt);
 	RedisBatch	batch = {0};
 	int			level = GetCurrentTransactionNestLevel();
+	bool		continues = end_continues_previous(scope);
 	int			i;
 
 	switch (scope)
@@ -66,7 +89,7 @@ end_scope(RedisScopeEnd scope, bool commit)
 
 	if (batch.ncalls > 0)
 		(void) redis_run_until(batch.calls, batch.ncalls,
-							   redis_end_deadline(), WARNING);
+							   redis_end_deadline(continues), WARNING);
 	for (i = 0; i < batch.ncalls; i++)
 		batch.calls[i].on_reply(&batch.calls[i]);
 	if (scope != END_SUBTRANSACTION)
