@@ -333,9 +333,9 @@ apply_slot_ranges(RedisConn *conn, List *ranges)
 
 /*
  * Ask node for the slot map and make it conn's.  False when the node could
- * not be reached or gave no map; failures are reported at elevel, except
- * an error reply, which is always an ERROR: it says something is wrong
- * with the server's options or permissions, not with one node.
+ * not be reached, refused (an ACL without cluster|slots, say) or gave no
+ * map; failures are reported at elevel, which is below ERROR at a
+ * transaction end: nothing there may raise one.
  */
 static bool
 ask_slot_map(RedisConn *conn, RedisNode *node, RedisDeadline deadline,
@@ -350,7 +350,7 @@ ask_slot_map(RedisConn *conn, RedisNode *node, RedisDeadline deadline,
 	redis_call_arg(&call, "SLOTS", 5);
 	(void) redis_run_until(&call, 1, deadline, elevel);
 	if (call.reply_type == REDIS_REPLY_ERROR)
-		redis_unexpected_reply(&call, "CLUSTER SLOTS", ERROR);
+		redis_unexpected_reply(&call, "CLUSTER SLOTS", elevel);
 	if (call.reply_type != REDIS_REPLY_ARRAY || call.origin == NIL)
 		return false;
 	apply_slot_ranges(conn, (List *) call.origin);
@@ -388,7 +388,9 @@ redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels, RedisNode ***nodes)
 
 /*
  * Ask for the slot map, trying the nodes in turn.  When no node answers,
- * the one that got furthest is asked again to report why, at elevel.
+ * the one that got furthest is asked again to report why, at elevel, and
+ * the map stays stale: the calls go where it says, and the next set of
+ * calls asks again (not each call of this set).
  */
 static void
 refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
@@ -398,8 +400,6 @@ refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
 	RedisNode  *reached = conn->nodes[0];
 	int			i;
 
-	/* asked once per set of calls; a failure below makes it stale again */
-	conn->map_stale = false;
 	for (i = 0; i < nnodes; i++)
 	{
 		if (ask_slot_map(conn, nodes[i], deadline, DEBUG1))
@@ -407,12 +407,14 @@ refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
 		if (node_is_connected(nodes[i]) || nodes[i]->connect_error == NULL)
 			reached = nodes[i];
 	}
-	if (!ask_slot_map(conn, reached, deadline, elevel))
-		ereport(elevel,
-				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-				 errmsg("no node of Redis Cluster server \"%s\" gave its slot map",
-						redislock_server_name),
-				 errhint("Check the \"cluster\" option of the foreign server.")));
+	if (ask_slot_map(conn, reached, deadline, elevel))
+		return;
+	conn->map_stale = true;
+	ereport(elevel,
+			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+			 errmsg("no node of Redis Cluster server \"%s\" gave its slot map",
+					redislock_server_name),
+			 errhint("Check the \"cluster\" option of the foreign server.")));
 }
 
 /*
@@ -425,10 +427,11 @@ void
 redis_route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline,
 				  int elevel, bool may_ask)
 {
-	static uint64 round = 0;
+	static uint64 last_round = 0;
+	/* asking runs calls of its own, which route with rounds of their own */
+	uint64		round = ++last_round;
 	int			i;
 
-	round++;
 	for (i = 0; may_ask && i < ncalls; i++)
 	{
 		RedisConn  *conn = calls[i]->conn;

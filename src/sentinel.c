@@ -47,10 +47,14 @@ sentinel_master_is_stale(const RedisConn *conn)
 
 /*
  * The address of the master that a Sentinel names, as the index of its
- * node; -1 when the Sentinel cannot be reached or does not know the master.
+ * node; -1 when the Sentinel cannot be reached, does not know the master
+ * or refuses to say (an ACL, say).  A refusal is kept in *refusal for the
+ * report made when no Sentinel names a master: the next Sentinel may
+ * answer, and a transaction end may not raise an ERROR.
  */
 static int
-master_named_by(RedisConn *conn, RedisNode *sentinel, RedisDeadline deadline)
+master_named_by(RedisConn *conn, RedisNode *sentinel, RedisDeadline deadline,
+				char **refusal)
 {
 	RedisCall	call;
 	int			port;
@@ -62,7 +66,8 @@ master_named_by(RedisConn *conn, RedisNode *sentinel, RedisDeadline deadline)
 	redis_call_arg(&call, conn->sentinel_master, strlen(conn->sentinel_master));
 	(void) redis_run_until(&call, 1, deadline, DEBUG1);
 	if (call.reply_type == REDIS_REPLY_ERROR)
-		redis_unexpected_reply(&call, conn->sentinel_master, ERROR);
+		*refusal = psprintf("Sentinel at %s answered: %s",
+							sentinel->endpoint, call.str);
 	if (call.reply_type != REDIS_REPLY_ARRAY || call.nelements != 2 ||
 		call.elements[0] == NULL || call.elements[1] == NULL)
 		return -1;
@@ -97,12 +102,14 @@ sentinel_find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
 {
 	RedisNode **sentinels;
 	int			nsentinels = redis_conn_nodes_to_ask(conn, true, &sentinels);
+	char	   *refusal = NULL;
 	int			i;
 
 	conn->map_stale = false;
 	for (i = 0; i < nsentinels; i++)
 	{
-		int			master = master_named_by(conn, sentinels[i], deadline);
+		int			master = master_named_by(conn, sentinels[i], deadline,
+											 &refusal);
 
 		if (master < 0)
 			continue;
@@ -121,5 +128,6 @@ sentinel_find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 			 errmsg("no Sentinel of server \"%s\" named a reachable master \"%s\"",
 					redislock_server_name, conn->sentinel_master),
+			 refusal ? errdetail_internal("%s", refusal) : 0,
 			 errhint("Check the \"sentinel\" and \"sentinel_master\" options of the foreign server and the Sentinels' credentials in the user mapping.")));
 }
