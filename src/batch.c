@@ -1233,9 +1233,38 @@ send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 }
 
 /*
+ * Take back, from the calls to send again, those answered TRYAGAIN and
+ * those that follow them (which go back to the node they ran on): the
+ * deadline leaves no time for the pause they need, and they keep that
+ * answer.  The others, rerouted or redirected, need no pause and still go.
+ * Returns how many are left.
+ */
+static int
+keep_calls_without_pause(RedisCall **pending, int npending)
+{
+	int			kept = 0;
+	int			i;
+
+	for (i = 0; i < npending; i++)
+	{
+		RedisCall  *call = pending[i];
+
+		if (redis_reply_is_error(call, "TRYAGAIN") ||
+			(call->follows != NULL && !call->follows->sent_again))
+		{
+			call->sent_again = false;
+			if (call->follows != NULL)
+				call->node = call->follows->node;
+			continue;
+		}
+		pending[kept++] = call;
+	}
+	return kept;
+}
+
+/*
  * The calls of this round that go out again, in pending.  Returns their
- * number: 0 when calls answered TRYAGAIN and the deadline leaves no time
- * for a pause.  *only_tryagain says whether TRYAGAIN was the only reason.
+ * number.  *only_tryagain says whether TRYAGAIN was the only reason.
  */
 static int
 calls_to_send_again(NodeRun *runs, int nruns, RedisCall **pending,
@@ -1262,7 +1291,10 @@ calls_to_send_again(NodeRun *runs, int nruns, RedisCall **pending,
 	}
 	*only_tryagain = ntryagain > 0 && ntryagain == npending;
 	if (ntryagain > 0 && !pause_before_retry(deadline, elevel))
-		return 0;
+	{
+		*only_tryagain = false;
+		npending = keep_calls_without_pause(pending, npending);
+	}
 	return npending;
 }
 
