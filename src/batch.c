@@ -181,19 +181,21 @@ redis_report_replicas(const RedisCall *wait, const char *key,
 	if (wait->reply_type == REDIS_REPLY_ERROR)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("Redis server at %s refused WAIT, which option \"min_replicas\" needs",
-						wait->node->endpoint),
-				 errdetail("Redis answered: %s", wait->str),
+				 errmsg("Redis server \"%s\" refused WAIT, which option \"min_replicas\" needs",
+						wait->conn->servername),
+				 errdetail("Redis at %s answered: %s", wait->node->endpoint,
+						   wait->str),
 				 errhint("Set min_replicas to 0 for a server without WAIT.")));
 	if (wait->reply_type != REDIS_REPLY_INTEGER)
 		redis_unexpected_reply(wait, key, ERROR);
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("only %lld of %d required replicas of Redis server at %s acknowledged the write of key \"%s\"",
+			 errmsg("only %lld of %d required replicas of Redis server \"%s\" acknowledged the write of key \"%s\"",
 					wait->integer, wait->conn->min_replicas,
-					wait->node->endpoint, key),
-			 errdetail("The replicas did not answer within replica_timeout (%d ms); %s.",
-					   wait->conn->replica_timeout, undone),
+					wait->conn->servername, key),
+			 errdetail("The replicas of the master at %s did not answer within replica_timeout (%d ms); %s.",
+					   wait->node->endpoint, wait->conn->replica_timeout,
+					   undone),
 			 errhint("A lock or decrement that only the master has would be lost if the master failed.")));
 }
 
@@ -278,7 +280,7 @@ error_reply_hint(const RedisCall *call)
 {
 	if (redis_reply_is_error(call, "NOAUTH"))
 		return errhint("Give the password in a user mapping: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (password '...').",
-					   quote_identifier(redislock_server_name));
+					   quote_identifier(call->conn->servername));
 	if (redis_reply_is_error(call, "NOPERM"))
 		return errhint("The Redis ACL user of the user mapping lacks a permission this call needs.");
 	if (redis_reply_is_error(call, "BUSY"))
@@ -297,18 +299,18 @@ redis_unexpected_reply(const RedisCall *call, const char *key, int elevel)
 	if (call->reply_type == REDIS_REPLY_ERROR)
 		ereport(elevel,
 				(errcode(error_reply_sqlstate(call)),
-				 errmsg("Redis command on key \"%s\" failed with %.*s",
-						key, (int) strcspn(call->str, " "), call->str),
-				 errdetail("Redis server at %s answered: %s",
+				 errmsg("Redis command on key \"%s\" of server \"%s\" failed with %.*s",
+						key, call->conn->servername,
+						(int) strcspn(call->str, " "), call->str),
+				 errdetail("Redis at %s answered: %s",
 						   call->node->endpoint, call->str),
 				 error_reply_hint(call)));
 	else
 		ereport(elevel,
 				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-				 errmsg("unexpected Redis reply of type %d for key \"%s\"",
-						call->reply_type, key),
-				 errdetail("The command ran at Redis server %s.",
-						   call->node->endpoint)));
+				 errmsg("unexpected Redis reply of type %d for key \"%s\" of server \"%s\"",
+						call->reply_type, key, call->conn->servername),
+				 errdetail("The command ran at %s.", call->node->endpoint)));
 }
 
 /* The number of strings in an array reply, nested arrays inlined */
@@ -682,8 +684,9 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 		if (run.failure == RUN_TIMED_OUT)
 			ereport(elevel,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-					 errmsg("could not connect to Redis server at %s: authentication did not finish within %d ms",
-							node->endpoint, deadline.ms),
+					 errmsg("could not connect to Redis server \"%s\": authentication did not finish within %d ms",
+							conn->servername, deadline.ms),
+					 errdetail("The node is at %s.", node->endpoint),
 					 errhint("Raise redislock.connect_timeout if Redis is only slow.")));
 		else
 			report_failure(&run, deadline, elevel);
@@ -701,16 +704,18 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 		if (&calls[i] == auth)
 			ereport(elevel,
 					(errcode(ERRCODE_INVALID_PASSWORD),
-					 errmsg("Redis server at %s refused authentication",
-							node->endpoint),
-					 errdetail("Redis answered: %s", calls[i].str),
+					 errmsg("Redis server \"%s\" refused authentication",
+							conn->servername),
+					 errdetail("Redis at %s answered: %s", node->endpoint,
+							   calls[i].str),
 					 errhint("Check the username and password options of the user mapping.")));
 		else
 			ereport(elevel,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-					 errmsg("Redis server at %s refused to select database %d",
-							node->endpoint, conn->database),
-					 errdetail("Redis answered: %s", calls[i].str)));
+					 errmsg("Redis server \"%s\" refused to select database %d",
+							conn->servername, conn->database),
+					 errdetail("Redis at %s answered: %s", node->endpoint,
+							   calls[i].str)));
 		return false;
 	}
 	return true;
@@ -843,6 +848,7 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 static void
 report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 {
+	const char *server = run->node->conn->servername;
 	const char *endpoint = run->node->endpoint;
 
 	switch (run->failure)
@@ -861,49 +867,55 @@ report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)
 				ereport(elevel,
 						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 						 errmsg("canceling statement due to lock timeout"),
-						 errdetail("Waited %d ms for Redis lock \"%.*s\" at %s, which did not answer in time; the outcome of the last attempt is unknown.",
+						 errdetail("Waited %d ms for Redis lock \"%.*s\" of server \"%s\" at %s, which did not answer in time; the outcome of the last attempt is unknown.",
 								   deadline.ms, (int) run->wanted[0]->argvlen[0],
-								   run->wanted[0]->argv[0], endpoint)));
+								   run->wanted[0]->argv[0], server, endpoint)));
 			ereport(elevel,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("Redis server at %s did not answer within %d ms",
-							endpoint, deadline.ms),
-					 errdetail("The outcome of the command is unknown; it was not sent again."),
+					 errmsg("Redis server \"%s\" did not answer within %d ms",
+							server, deadline.ms),
+					 errdetail("The command went to %s; its outcome is unknown, and it was not sent again.",
+							   endpoint),
 					 errhint("Raise redislock.command_timeout if Redis is only slow.")));
 			break;
 		case RUN_NOT_WAITED:
 			ereport(elevel,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("did not wait for Redis server at %s, which has not answered an earlier command",
-							endpoint),
-					 errdetail("The command was sent and runs after the earlier ones; its outcome is unknown.")));
+					 errmsg("did not wait for Redis server \"%s\", which has not answered an earlier command",
+							server),
+					 errdetail("The command went to %s and runs after the earlier ones; its outcome is unknown.",
+							   endpoint)));
 			break;
 		case RUN_GIVEN_UP:
 			ereport(elevel,
 					(errcode(ERRCODE_ADMIN_SHUTDOWN),
-					 errmsg("stopped waiting for Redis server at %s because the backend is terminating",
-							endpoint),
-					 errdetail("The outcome of the command is unknown; Redis lock leases end what was left.")));
+					 errmsg("stopped waiting for Redis server \"%s\" because the backend is terminating",
+							server),
+					 errdetail("The command went to %s; its outcome is unknown, and Redis lock leases end what was left.",
+							   endpoint)));
 			break;
 		case RUN_CLOSED:
 			ereport(elevel,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("lost connection to Redis server at %s: the server closed the connection",
-							endpoint),
-					 errdetail("The outcome of the command is unknown; it was not sent again.")));
+					 errmsg("lost connection to Redis server \"%s\": the server closed the connection",
+							server),
+					 errdetail("The command went to %s; its outcome is unknown, and it was not sent again.",
+							   endpoint)));
 			break;
 		case RUN_IO_ERROR:
 			ereport(elevel,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("lost connection to Redis server at %s: %s",
-							endpoint, strerror(run->failure_errno)),
-					 errdetail("The outcome of the command is unknown; it was not sent again.")));
+					 errmsg("lost connection to Redis server \"%s\": %s",
+							server, strerror(run->failure_errno)),
+					 errdetail("The command went to %s; its outcome is unknown, and it was not sent again.",
+							   endpoint)));
 			break;
 		case RUN_PROTOCOL_ERROR:
 			ereport(elevel,
 					(errcode(ERRCODE_PROTOCOL_VIOLATION),
-					 errmsg("invalid reply from Redis server at %s", endpoint),
-					 errdetail("The outcome of the command is unknown; it was not sent again.")));
+					 errmsg("invalid reply from Redis server \"%s\"", server),
+					 errdetail("The command went to %s; its outcome is unknown, and it was not sent again.",
+							   endpoint)));
 			break;
 	}
 }
@@ -1156,10 +1168,11 @@ report_failed_loads(NodeRun *runs, int nruns, int elevel)
 			ok = false;
 			ereport(elevel,
 					(errcode(error_reply_sqlstate(load)),
-					 errmsg("could not load Redis script \"%s\": %.*s",
+					 errmsg("could not load Redis script \"%s\" on server \"%s\": %.*s",
 							((const RedisScript *) load->origin)->name,
+							load->conn->servername,
 							(int) strcspn(load->str, " "), load->str),
-					 errdetail("Redis server at %s answered: %s",
+					 errdetail("Redis at %s answered: %s",
 							   runs[r].node->endpoint, load->str),
 					 error_reply_hint(load)));
 			for (i = 0; i < runs[r].nwanted; i++)

@@ -413,7 +413,7 @@ refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
 	ereport(elevel,
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 			 errmsg("no node of Redis Cluster server \"%s\" gave its slot map",
-					redislock_server_name),
+					conn->servername),
 			 errhint("Check the \"cluster\" option of the foreign server.")));
 }
 

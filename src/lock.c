@@ -318,9 +318,9 @@ static int
 errdetail_renewal_failed(const HeldLock *lock, bool late)
 {
 	if (late)
-		return errdetail("Redis server %s confirmed the lease only when it may have run out already.",
+		return errdetail("Redis at %s confirmed the lease only when it may have run out already.",
 						 lock_endpoint(lock));
-	return errdetail("The lock at Redis server %s expired or was taken by another client while this backend held it.",
+	return errdetail("The lock at %s expired or was taken by another client while this backend held it.",
 					 lock_endpoint(lock));
 }
 
@@ -508,8 +508,9 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 					 errmsg("canceling statement due to lock timeout"),
-					 errdetail("Waited %ld ms for Redis lock \"%s\" at %s.",
-							   elapsed, user_key(lock), lock_endpoint(lock))));
+					 errdetail("Waited %ld ms for Redis lock \"%s\" of server \"%s\" at %s.",
+							   elapsed, user_key(lock), lock->conn->servername,
+							   lock_endpoint(lock))));
 		return false;
 	}
 
@@ -561,7 +562,8 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 	if (!renewed || !renewed_in_time(lock, ttl_ms, start))
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
+				 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
+						user_key(lock), lock->conn->servername),
 				 errdetail_renewal_failed(lock, renewed),
 				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
 	set_lease(lock, ttl_ms, start);
@@ -675,8 +677,9 @@ warn_lost(HeldLock *lock)
 {
 	ereport(WARNING,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-			 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
-			 errdetail("The lock at Redis server %s expired or was taken by another client; the key was left alone.",
+			 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
+					user_key(lock), lock->conn->servername),
+			 errdetail("The lock at %s expired or was taken by another client; the key was left alone.",
 					   lock_endpoint(lock))));
 }
 
@@ -812,7 +815,8 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("lease of Redis lock \"%s\" was lost", user_key(lock)),
+				 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
+						user_key(lock), lock->conn->servername),
 				 errdetail_renewal_failed(lock, renewed)));
 		PG_RETURN_BOOL(false);
 	}
@@ -935,8 +939,8 @@ locks_verify_before_commit(void)
 			lock->fence = 0;
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("Redis lock \"%s\" was lost before commit",
-							user_key(lock)),
+					 errmsg("Redis lock \"%s\" on server \"%s\" was lost before commit",
+							user_key(lock), lock->conn->servername),
 					 errdetail_renewal_failed(lock, renewed),
 					 errhint("Retry the transaction; a longer ttl_ms may help.")));
 		}

@@ -313,7 +313,7 @@ redlock_decide_calls(RedisCall *calls, int ncalls, TimestampTz start,
 					(errcode(quorum->sqlstate ? quorum->sqlstate :
 							 ERRCODE_CONNECTION_FAILURE),
 					 errmsg("a quorum of the %d Redlock masters of server \"%s\" did not answer",
-							quorum->nmasters, redislock_server_name),
+							quorum->nmasters, call->conn->servername),
 					 errdetail("Unreachable: %s.", quorum->failures.data),
 					 errhint("A Redlock server needs %d of its masters.",
 							 quorum_size(quorum))));

@@ -127,7 +127,7 @@ sentinel_find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
 	ereport(elevel,
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 			 errmsg("no Sentinel of server \"%s\" named a reachable master \"%s\"",
-					redislock_server_name, conn->sentinel_master),
+					conn->servername, conn->sentinel_master),
 			 refusal ? errdetail_internal("%s", refusal) : 0,
 			 errhint("Check the \"sentinel\" and \"sentinel_master\" options of the foreign server and the Sentinels' credentials in the user mapping.")));
 }

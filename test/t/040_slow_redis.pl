@@ -29,8 +29,8 @@ is($out, 't', 'lock taken while Redis is responsive');
 my $h = $redis->debug_sleep(3);
 ($out, $err, $secs) = session_query($s, "SELECT redis_lock_acquire_session('slow1', 30000)");
 like($err,
-	qr/ERROR:\s+08006: Redis server at $endpoint did not answer within 300 ms/,
-	'acquire fails with 08006 once command_timeout has passed');
+	qr/ERROR:\s+08006: Redis server "redislock" did not answer within 300 ms\nDETAIL:  The command went to $endpoint; its outcome is unknown/,
+	'acquire fails with 08006 once command_timeout has passed, naming the server and, in the detail, the endpoint');
 cmp_ok($secs, '>=', 0.28, 'not before command_timeout');
 cmp_ok($secs, '<', 1.5, 'and soon after it');
 

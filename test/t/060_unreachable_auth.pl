@@ -69,7 +69,7 @@ session_query($s, 'SET redislock.server = hung');
 ($out, $err, $secs) = session_query($s, "SELECT redis_lock_acquire('u1', 30000)");
 like(
 	$err,
-	qr/ERROR:\s+08006: Redis server at 127\.0\.0\.1:$hung_port did not answer within 300 ms/,
+	qr/ERROR:\s+08006: Redis server "hung" did not answer within 300 ms\nDETAIL:  The command went to 127\.0\.0\.1:$hung_port;/,
 	'silent server: 08006 once command_timeout has passed');
 cmp_ok($secs, '<', 1.5, 'within the timeouts');
 is((session_query($s, 'SELECT 1'))[0], '1', 'backend usable');
@@ -96,7 +96,7 @@ $node->safe_psql('postgres',
 ($out, $err) = session_query($s, "SELECT redis_lock_acquire('u2', 30000)");
 like(
 	$err,
-	qr/ERROR:\s+28P01: Redis server at 127\.0\.0\.1:$authed_port refused authentication/,
+	qr/ERROR:\s+28P01: Redis server "authed" refused authentication\nDETAIL:  Redis at 127\.0\.0\.1:$authed_port answered:/,
 	'wrong password: 28P01');
 like($err, qr/WRONGPASS/, 'with what Redis answered');
 unlike($err, qr/wrong/, 'the password is not shown');

@@ -117,7 +117,7 @@ until (defined($secs = wait_for_stderr($s2, qr/^end of query/m, 0.3)))
 $secs //= wait_for_stderr($s2, qr/^end of query/m, 10);
 ($out, $err) = finish_query($s2, 10);
 cmp_ok($signals, '>=', 3, 'the backend was signalled while it waited');
-like($err, qr/ERROR:\s+08006: Redis server at 127\.0\.0\.1:$port did not answer within 1000 ms/,
+like($err, qr/ERROR:\s+08006: Redis server "redislock" did not answer within 1000 ms\nDETAIL:  The command went to 127\.0\.0\.1:$port;/,
 	'the call ends with 08006 at command_timeout');
 cmp_ok($secs, '<', 1.5, 'signals did not extend command_timeout');
 $redis->resume;

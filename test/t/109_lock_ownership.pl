@@ -89,7 +89,7 @@ RedisLockTest::works($s, 'SELECT key FROM redis_locks() ORDER BY key', 'there',
 $other->restart;
 ($out, $err) = session_query($s, 'SELECT redis_lock_release_all()');
 is($out, '0', 'once the server is back (empty: it keeps nothing), release_all ends that one');
-like($err, qr/WARNING:\s+55P03: lease of Redis lock "there" was lost/,
+like($err, qr/WARNING:\s+55P03: lease of Redis lock "there" on server "other" was lost/,
 	'saying that Redis no longer had it');
 RedisLockTest::works($s, 'SELECT count(*) FROM redis_locks()', '0', 'and forgets it');
 
@@ -99,18 +99,18 @@ RedisLockTest::works($s, "SELECT redis_lock_acquire_session('late', 5000)", 't',
 	'a lock taken through a server that answers 0.6 s late');
 ($out, $err) = session_query($s, "SELECT redis_lock_extend('late', 500)");
 is($out, 'f', 'extending it to 500 ms is not confirmed: the reply came later than that');
-like($err, qr/WARNING:\s+55P03: lease of Redis lock "late" was lost/, 'and says so');
+like($err, qr/WARNING:\s+55P03: lease of Redis lock "late" on server "slow" was lost/, 'and says so');
 session_query($s, "SELECT redis_lock_release('late')");
 RedisLockTest::works($s, "SELECT redis_lock_acquire_session('late', 5000)", 't',
 	'the lock taken again for 5 s');
 ($out, $err) = session_query($s, "SELECT redis_lock_acquire('late', 500)");
-like($err, qr/ERROR:\s+55P03: lease of Redis lock "late" was lost/,
+like($err, qr/ERROR:\s+55P03: lease of Redis lock "late" on server "slow" was lost/,
 	'taking it once more for 500 ms is an error: its renewal came later than that');
 session_query($s, "SELECT redis_lock_release('late')");
 session_query($s, 'BEGIN');
 session_query($s, "SELECT redis_lock_acquire('late2', 500)");
 ($out, $err) = session_query($s, 'COMMIT');
-like($err, qr/ERROR:\s+40001: Redis lock "late2" was lost before commit/,
+like($err, qr/ERROR:\s+40001: Redis lock "late2" on server "slow" was lost before commit/,
 	'a check before commit that came after the 500 ms lease aborts the commit');
 session_query($s, 'RESET redislock.server; RESET redislock.command_timeout');
 

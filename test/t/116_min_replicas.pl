@@ -212,7 +212,7 @@ $node->safe_psql('postgres',
 	"CREATE USER MAPPING FOR CURRENT_USER SERVER lone OPTIONS (username 'nowait', password 'nw')");
 session_query($s, 'SET redislock.server = lone');
 ($out, $err) = session_query($s, "SELECT redis_lock_acquire('l:w', 60000)");
-like($err, qr/ERROR:\s+0A000: Redis server at \S+ refused WAIT, which option "min_replicas" needs/,
+like($err, qr/ERROR:\s+0A000: Redis server "lone" refused WAIT, which option "min_replicas" needs\nDETAIL:  Redis at \S+ answered: NOPERM/,
 	'a server refusing WAIT: 0A000 that says so');
 is($lone->command('EXISTS', 'l:w'), '0', 'and the lock is not left');
 session_query($s, 'RESET redislock.server');

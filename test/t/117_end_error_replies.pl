@@ -80,7 +80,7 @@ sub cluster_end
 	cluster_slots('-');
 	my $refused = slots_refused();
 	($out, $err) = session_query($s, $end);
-	like($err, qr/WARNING:  42501: Redis command on key "CLUSTER SLOTS" failed with NOPERM/,
+	like($err, qr/WARNING:  42501: Redis command on key "CLUSTER SLOTS" of server "rc" failed with NOPERM/,
 		"$end: the refused CLUSTER SLOTS is a warning");
 	unlike($err, qr/ERROR|PANIC/, "$end: and no error");
 	$refused = slots_refused() - $refused;
