@@ -25,6 +25,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "access/xact.h"
 #include "common/ip.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
@@ -466,22 +467,36 @@ forget_addresses(RedisNode *node)
 }
 
 /*
- * Find the addresses of the node's host and keep them on the node, where
- * a connect that is cancelled leaves them for the next one to free.
- * False, with *reason, when no address was found.
+ * Find the addresses of the node's host and keep them on the node.  A
+ * numeric address is parsed, without any lookup.  A host name is looked up
+ * only when look_up allows: getaddrinfo() blocks, on a resolver that does
+ * not answer for as long as the resolver's own timeouts say, and neither a
+ * deadline nor an interrupt shortens that.  False, with *reason, when no
+ * address was found.
  */
 static bool
-find_addresses(RedisNode *node, const char **reason)
+find_addresses(RedisNode *node, bool look_up, const char **reason)
 {
 	struct addrinfo hints = {0};
 	char		port[12];
 	int			rc;
 
-	forget_addresses(node);
+	Assert(node->addrs == NULL);
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
 	snprintf(port, sizeof(port), "%d", node->port);
 	rc = pg_getaddrinfo_all(node->host, port, &hints, &node->addrs);
+	if (rc == EAI_NONAME && !look_up)
+	{
+		*reason = "no address of it is known, and a transaction end does not look up host names";
+		return false;
+	}
+	if (rc == EAI_NONAME)
+	{
+		hints.ai_flags = AI_NUMERICSERV;
+		rc = pg_getaddrinfo_all(node->host, port, &hints, &node->addrs);
+	}
 	if (rc != 0)
 	{
 		node->addrs = NULL;
@@ -510,14 +525,23 @@ connect_addresses(RedisNode *node, TimestampTz deadline, int elevel,
 }
 
 /*
- * Connect the node within the deadline, trying each address of its host
- * in turn.  On failure, *err and *reason are as connect_address() sets
- * them.
+ * Connect the node within the deadline.  A TCP node connects to the
+ * addresses found for its host the last time, found afresh when there are
+ * none.  Only SQL calls (in a transaction in progress) look up a host name,
+ * since the lookup is bounded by nothing of ours: a transaction end, a
+ * subtransaction end and backend exit connect to known addresses or fail
+ * at once.  A SQL call that could not connect forgets the addresses, so
+ * that a name moved elsewhere is followed: it looks the name up again at
+ * once when kept addresses refused the connect, else at the next connect.
+ * On failure, *err and *reason are as connect_address() sets them.
  */
 static bool
 open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
 			const char **reason)
 {
+	bool		look_up = IsTransactionState();
+	bool		fresh = false;
+
 	*err = 0;
 	*reason = NULL;
 	if (node->unix_socket != NULL)
@@ -529,9 +553,24 @@ open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
 		return connect_address(node, (struct sockaddr *) &unaddr,
 							   sizeof(unaddr), deadline, elevel, err, reason);
 	}
-	if (!find_addresses(node, reason))
+
+	if (node->addrs == NULL)
+	{
+		if (!find_addresses(node, look_up, reason))
+			return false;
+		fresh = true;
+	}
+	if (connect_addresses(node, deadline, elevel, err, reason))
+		return true;
+	if (!look_up)
 		return false;
-	return connect_addresses(node, deadline, elevel, err, reason);
+	forget_addresses(node);
+	if (fresh || *err == 0 || !find_addresses(node, true, reason))
+		return false;
+	if (connect_addresses(node, deadline, elevel, err, reason))
+		return true;
+	forget_addresses(node);
+	return false;
 }
 
 /*
