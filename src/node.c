@@ -12,6 +12,10 @@
  * with interrupts held: there a wait gives up when the backend is asked to
  * terminate, as the leases make up for what it leaves undone.
  *
+ * Looking up a host name is the one step that blocks: getaddrinfo() waits
+ * for the resolver as long as the resolver's own timeouts say.  Only SQL
+ * calls look names up, and the addresses found are kept (open_socket()).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
