@@ -12,6 +12,10 @@
  * with interrupts held: there a wait gives up when the backend is asked to
  * terminate, as the leases make up for what it leaves undone.
  *
+ * Looking up a host name is the one step that blocks: getaddrinfo() waits
+ * for the resolver as long as the resolver's own timeouts say.  Only SQL
+ * calls look names up, and the addresses found are kept (open_socket()).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -25,6 +29,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "access/xact.h"
 #include "common/ip.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
@@ -202,15 +207,18 @@ take_in_early(RedisNode *node)
  * when the wait was given up for a termination request.  A single node
  * waits on its own set, made when it connected; several share a set kept
  * for the same nodes, all of them, so that the set stays the same while
- * some finish.
+ * some finish.  A set made for this wait alone is freed however the wait
+ * ends, a cancel or timeout thrown by interrupt service included: it holds
+ * a descriptor, and a wait set is no resource that an abort releases.
  */
 int
 node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 		  TimestampTz deadline, int elevel)
 {
-	WaitEventSet *set;
+	WaitEventSet *set = NULL;
+	WaitEventSet *volatile made = NULL;
 	WaitEvent	events[8];
-	bool		made_here = false;
+	int			nready = 0;
 	int			i;
 
 	if (nnodes == 1)
@@ -226,85 +234,93 @@ node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 		}
 		set = node->waitset;
 	}
-	else
-		set = wait_set_for(nodes, nnodes, &made_here);
 
-	for (;;)
+	PG_TRY();
 	{
-		long		timeout = ms_until(deadline);
-		int			nready = 0;
-		int			nevents;
-		bool		closed_one = false;
-
-		if (timeout <= 0)
-			break;
-		nevents = WaitEventSetWait(set, timeout, events, lengthof(events),
-								   redislock_wait_event);
-		for (i = 0; i < nevents; i++)
+		for (;;)
 		{
-			if (events[i].events & WL_LATCH_SET)
+			long		timeout = ms_until(deadline);
+			int			nevents;
+			bool		closed_one = false;
+
+			if (timeout <= 0)
+				break;
+			if (set == NULL)
 			{
-				if (!serve_interrupts(elevel))
+				bool		made_here;
+
+				set = wait_set_for(nodes, nnodes, &made_here);
+				if (made_here)
+					made = set;
+			}
+			nevents = WaitEventSetWait(set, timeout, events, lengthof(events),
+									   redislock_wait_event);
+			for (i = 0; i < nevents; i++)
+			{
+				if (events[i].events & WL_LATCH_SET)
 				{
-					nready = -1;
-					break;
+					if (!serve_interrupts(elevel))
+					{
+						nready = -1;
+						break;
+					}
+				}
+				else if (events[i].events & WL_SOCKET_MASK)
+				{
+					RedisNode  *node = nnodes == 1 ? nodes[0] :
+						(RedisNode *) events[i].user_data;
+					int			n;
+
+					for (n = 0; nodes[n] != node; n++)
+						;
+					if (waiting[n])
+						nready++;
+					else if (!take_in_early(node))
+						closed_one = true;
 				}
 			}
-			else if (events[i].events & WL_SOCKET_MASK)
+			if (nready != 0)
+				break;
+			if (closed_one)
 			{
-				RedisNode  *node = nnodes == 1 ? nodes[0] :
-					(RedisNode *) events[i].user_data;
-				int			n;
-
-				for (n = 0; nodes[n] != node; n++)
-					;
-				if (waiting[n])
-					nready++;
-				else if (!take_in_early(node))
-					closed_one = true;
+				/* the closed node left the shared set; wait on the others */
+				if (made != NULL)
+					FreeWaitEventSet(made);
+				made = NULL;
+				set = NULL;
 			}
 		}
-		if (closed_one && nready == 0)
-		{
-			/* the closed node left the shared set; wait on the others */
-			if (made_here)
-				FreeWaitEventSet(set);
-			set = wait_set_for(nodes, nnodes, &made_here);
-			continue;
-		}
-		if (nready != 0)
-		{
-			if (made_here)
-				FreeWaitEventSet(set);
-			return nready;
-		}
 	}
-	if (made_here)
-		FreeWaitEventSet(set);
-	return 0;
+	PG_FINALLY();
+	{
+		if (made != NULL)
+			FreeWaitEventSet(made);
+	}
+	PG_END_TRY();
+	return nready;
 }
 
 /*
- * Wait for a connect in progress on sock.  Connecting is rare enough for a
- * wait set made for the occasion.
+ * Wait on set, a connect attempt's, for its connect in progress.  False
+ * when the deadline passed or the wait was given up for a termination
+ * request.
  */
 static bool
-wait_connected(pgsocket sock, TimestampTz deadline, int elevel)
+wait_connected(WaitEventSet *set, TimestampTz deadline, int elevel)
 {
 	for (;;)
 	{
 		long		timeout = ms_until(deadline);
-		int			rc;
+		WaitEvent	event;
 
 		if (timeout <= 0)
 			return false;
-		rc = WaitLatchOrSocket(MyLatch,
-							   WL_LATCH_SET | WL_SOCKET_CONNECTED |
-							   WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-							   sock, timeout, redislock_wait_event);
-		if (rc & WL_SOCKET_CONNECTED)
+		if (WaitEventSetWait(set, timeout, &event, 1,
+							 redislock_wait_event) == 0)
+			continue;
+		if (event.events & WL_SOCKET_CONNECTED)
 			return true;
-		if ((rc & WL_LATCH_SET) && !serve_interrupts(elevel))
+		if ((event.events & WL_LATCH_SET) && !serve_interrupts(elevel))
 			return false;
 	}
 }
@@ -349,67 +365,216 @@ connect_succeeded(pgsocket sock, int *err)
 }
 
 /*
- * Connect a socket to the node within the deadline, trying each address
- * of its host in turn.  Returns the socket, or PGINVALID_SOCKET with *err
- * set (0 for a timeout) and *reason for a name that does not resolve.
+ * Reserve a descriptor for a connect attempt's socket, and make sure that
+ * its wait set will get one too: CreateWaitEventSet() raises an ERROR when
+ * fd.c refuses, and a transaction end, which must not raise, reports a
+ * connect failure as a WARNING instead.  The wait set reserves its own.
  */
-static pgsocket
+static bool
+reserve_descriptors(void)
+{
+	if (!AcquireExternalFD())
+		return false;
+	if (!AcquireExternalFD())
+	{
+		ReleaseExternalFD();
+		return false;
+	}
+	ReleaseExternalFD();
+	return true;
+}
+
+/*
+ * Give back what a connect attempt holds: its wait set, if made, its
+ * socket, if open, and the descriptor reserved for the socket.
+ */
+static void
+end_attempt(WaitEventSet *set, pgsocket sock)
+{
+	if (set != NULL)
+		FreeWaitEventSet(set);
+	if (sock != PGINVALID_SOCKET)
+		closesocket(sock);
+	ReleaseExternalFD();
+}
+
+/*
+ * Connect the node to one address within the deadline: a socket, and a
+ * wait set over it (latch, postmaster death, socket) that becomes the
+ * node's once connected, so that a connected node holds two descriptors
+ * and connecting needs no more.  Whatever ends the attempt gives both
+ * back, an ERROR thrown by interrupt service while waiting (cancel,
+ * statement_timeout) included: neither is a resource that an abort
+ * releases, and a backend whose connects are cancelled again and again
+ * would run out of descriptors.  On failure, *err is the errno, or 0 when
+ * the deadline passed, the wait was given up, or *reason says why.
+ */
+static bool
+connect_address(RedisNode *node, const struct sockaddr *addr,
+				socklen_t addrlen, TimestampTz deadline, int elevel,
+				int *err, const char **reason)
+{
+	WaitEventSet *volatile set = NULL;
+	volatile pgsocket sock = PGINVALID_SOCKET;
+	bool		connected = false;
+	int			pos = 0;
+
+	*err = 0;
+	if (!reserve_descriptors())
+	{
+		*reason = "too many open files on the local server (see max_files_per_process)";
+		return false;
+	}
+
+	PG_TRY();
+	{
+		set = CreateWaitEventSet(TopMemoryContext, 3);
+		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL,
+						  NULL);
+		sock = start_connect(addr, addrlen, err);
+		if (sock != PGINVALID_SOCKET)
+		{
+			pos = AddWaitEventToSet(set, WL_SOCKET_CONNECTED, sock, NULL,
+									NULL);
+			connected = wait_connected(set, deadline, elevel) &&
+				connect_succeeded(sock, err);
+		}
+	}
+	PG_CATCH();
+	{
+		end_attempt(set, sock);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	if (!connected)
+	{
+		end_attempt(set, sock);
+		return false;
+	}
+	node->sock = sock;
+	node->waitset = set;
+	node->waitset_socket_pos = pos;
+	node->waitset_events = WL_SOCKET_READABLE;
+	ModifyWaitEvent(set, pos, node->waitset_events, NULL);
+	return true;
+}
+
+/* Forget the addresses found for the node's host */
+static void
+forget_addresses(RedisNode *node)
+{
+	if (node->addrs != NULL)
+		pg_freeaddrinfo_all(AF_UNSPEC, node->addrs);
+	node->addrs = NULL;
+}
+
+/*
+ * Find the addresses of the node's host and keep them on the node.  A
+ * numeric address is parsed, without any lookup.  A host name is looked up
+ * only when look_up allows: getaddrinfo() blocks, on a resolver that does
+ * not answer for as long as the resolver's own timeouts say, and neither a
+ * deadline nor an interrupt shortens that.  False, with *reason, when no
+ * address was found.
+ */
+static bool
+find_addresses(RedisNode *node, bool look_up, const char **reason)
+{
+	struct addrinfo hints = {0};
+	char		port[12];
+	int			rc;
+
+	Assert(node->addrs == NULL);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%d", node->port);
+	rc = pg_getaddrinfo_all(node->host, port, &hints, &node->addrs);
+	if (rc == EAI_NONAME && !look_up)
+	{
+		*reason = "no address of it is known, and a transaction end does not look up host names";
+		return false;
+	}
+	if (rc == EAI_NONAME)
+	{
+		hints.ai_flags = AI_NUMERICSERV;
+		rc = pg_getaddrinfo_all(node->host, port, &hints, &node->addrs);
+	}
+	if (rc != 0)
+	{
+		node->addrs = NULL;
+		*reason = gai_strerror(rc);
+		return false;
+	}
+	return true;
+}
+
+/* Try the node's addresses in turn, as connect_address() does one */
+static bool
+connect_addresses(RedisNode *node, TimestampTz deadline, int elevel,
+				  int *err, const char **reason)
+{
+	struct addrinfo *addr;
+
+	for (addr = node->addrs; addr != NULL; addr = addr->ai_next)
+	{
+		if (connect_address(node, addr->ai_addr, addr->ai_addrlen, deadline,
+							elevel, err, reason))
+			return true;
+		if (*err == 0)
+			break;
+	}
+	return false;
+}
+
+/*
+ * Connect the node within the deadline.  A TCP node connects to the
+ * addresses found for its host the last time, found afresh when there are
+ * none.  Only SQL calls (in a transaction in progress) look up a host name,
+ * since the lookup is bounded by nothing of ours: a transaction end, a
+ * subtransaction end and backend exit connect to known addresses or fail
+ * at once.  A SQL call that could not connect forgets the addresses, so
+ * that a name moved elsewhere is followed: it looks the name up again at
+ * once when kept addresses refused the connect, else at the next connect.
+ * On failure, *err and *reason are as connect_address() sets them.
+ */
+static bool
 open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
 			const char **reason)
 {
-	struct addrinfo hints = {0};
-	struct addrinfo *addrs = NULL;
-	struct addrinfo *addr;
-	struct sockaddr_un unaddr = {0};
-	char		port[12];
-	pgsocket	sock = PGINVALID_SOCKET;
-	int			rc;
+	bool		look_up = IsTransactionState();
+	bool		fresh = false;
 
 	*err = 0;
 	*reason = NULL;
 	if (node->unix_socket != NULL)
 	{
+		struct sockaddr_un unaddr = {0};
+
 		unaddr.sun_family = AF_UNIX;
 		strlcpy(unaddr.sun_path, node->unix_socket, sizeof(unaddr.sun_path));
-		sock = start_connect((struct sockaddr *) &unaddr, sizeof(unaddr), err);
-		if (sock != PGINVALID_SOCKET &&
-			!(wait_connected(sock, deadline, elevel) &&
-			  connect_succeeded(sock, err)))
-		{
-			closesocket(sock);
-			sock = PGINVALID_SOCKET;
-		}
-		return sock;
+		return connect_address(node, (struct sockaddr *) &unaddr,
+							   sizeof(unaddr), deadline, elevel, err, reason);
 	}
 
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	snprintf(port, sizeof(port), "%d", node->port);
-	rc = pg_getaddrinfo_all(node->host, port, &hints, &addrs);
-	if (rc != 0 || addrs == NULL)
+	if (node->addrs == NULL)
 	{
-		*reason = gai_strerror(rc);
-		return PGINVALID_SOCKET;
+		if (!find_addresses(node, look_up, reason))
+			return false;
+		fresh = true;
 	}
-	for (addr = addrs; addr != NULL; addr = addr->ai_next)
-	{
-		sock = start_connect(addr->ai_addr, addr->ai_addrlen, err);
-		if (sock == PGINVALID_SOCKET)
-			continue;
-		if (!wait_connected(sock, deadline, elevel))
-		{
-			*err = 0;
-			closesocket(sock);
-			sock = PGINVALID_SOCKET;
-			break;
-		}
-		if (connect_succeeded(sock, err))
-			break;
-		closesocket(sock);
-		sock = PGINVALID_SOCKET;
-	}
-	pg_freeaddrinfo_all(hints.ai_family, addrs);
-	return sock;
+	if (connect_addresses(node, deadline, elevel, err, reason))
+		return true;
+	if (!look_up)
+		return false;
+	forget_addresses(node);
+	if (fresh || *err == 0 || !find_addresses(node, true, reason))
+		return false;
+	if (connect_addresses(node, deadline, elevel, err, reason))
+		return true;
+	forget_addresses(node);
+	return false;
 }
 
 /*
@@ -500,18 +665,10 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 {
 	int			err;
 	const char *reason;
-	pgsocket	sock;
 
 	Assert(node->sock == PGINVALID_SOCKET);
-	if (!AcquireExternalFD())
+	if (!open_socket(node, deadline, elevel, &err, &reason))
 	{
-		node_set_connect_error(node, "too many open files on the local server (see max_files_per_process)");
-		return false;
-	}
-	sock = open_socket(node, deadline, elevel, &err, &reason);
-	if (sock == PGINVALID_SOCKET)
-	{
-		ReleaseExternalFD();
 		if (reason == NULL)
 			reason = err != 0 ? strerror(err) :
 				psprintf("timed out after %d ms", redislock_connect_timeout);
@@ -522,17 +679,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 	if (node->connect_error != NULL)
 		pfree(node->connect_error);
 	node->connect_error = NULL;
-	node->sock = sock;
 	node->reader = redisReaderCreate();
-	node->waitset = CreateWaitEventSet(TopMemoryContext, 3);
-	AddWaitEventToSet(node->waitset, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch,
-					  NULL);
-	AddWaitEventToSet(node->waitset, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET,
-					  NULL, NULL);
-	node->waitset_events = WL_SOCKET_READABLE;
-	node->waitset_socket_pos = AddWaitEventToSet(node->waitset,
-												 node->waitset_events, sock,
-												 NULL, NULL);
 	node->awaiting = 0;
 	node->deferred = 0;
 	node->sent = 0;
@@ -583,6 +730,7 @@ node_destroy(RedisNode *node)
 	node->connect_error = NULL;
 	list_free_deep(node->queued_cleanup);
 	node->queued_cleanup = NIL;
+	forget_addresses(node);
 }
 
 bool

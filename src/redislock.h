@@ -29,6 +29,7 @@
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
+struct addrinfo;
 struct redisReader;
 struct redisReply;
 
@@ -80,6 +81,8 @@ typedef struct RedisNode
 	int			port;
 	char	   *unix_socket;
 	char	   *endpoint;		/* "host:port" or the socket, for messages */
+	struct addrinfo *addrs;		/* the host's addresses, found when first
+								 * connecting: see open_socket() */
 	pgsocket	sock;			/* PGINVALID_SOCKET while disconnected */
 	struct redisReader *reader;
 	WaitEventSet *waitset;		/* latch, postmaster death, sock */
