@@ -684,9 +684,10 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 		if (run.failure == RUN_TIMED_OUT)
 			ereport(elevel,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-					 errmsg("could not connect to Redis server \"%s\": authentication did not finish within %d ms",
-							conn->servername, deadline.ms),
-					 errdetail("The node is at %s.", node->endpoint),
+					 errmsg("could not connect to Redis server \"%s\"",
+							conn->servername),
+					 errdetail("Connection to %s failed: authentication did not finish within %d ms.",
+							   node->endpoint, deadline.ms),
 					 errhint("Raise redislock.connect_timeout if Redis is only slow.")));
 		else
 			report_failure(&run, deadline, elevel);

@@ -596,11 +596,12 @@ node_report_connect_failure(const RedisNode *node, int elevel)
 {
 	ereport(elevel,
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-			 errmsg("could not connect to Redis server at %s: %s",
-					node->endpoint,
-					node->connect_error ? node->connect_error : "unknown error"),
+			 errmsg("could not connect to Redis server \"%s\"",
+					node->conn->servername),
+			 errdetail("Connection to %s failed: %s.", node->endpoint,
+					   node->connect_error ? node->connect_error : "unknown error"),
 			 errhint("Check that Redis is running and that the options of foreign server \"%s\" are right.",
-					 redislock_server_name)));
+					 node->conn->servername)));
 }
 
 /*

@@ -41,7 +41,7 @@ $redis->kill9;
 
 ($out, $err, $secs) =
   session_query($s, "SELECT redis_lock_acquire_session('r2', 30000)");
-like($err, qr/ERROR:\s+08001: could not connect to Redis server at $endpoint/,
+like($err, qr/ERROR:\s+08001: could not connect to Redis server "redislock"\nDETAIL:  Connection to $endpoint failed/,
 	'the dead connection is noticed before sending, and the reconnect fails with 08001');
 cmp_ok($secs, '<', 2.5,
 	'lost connection reported within connect_timeout + command_timeout');
@@ -52,11 +52,11 @@ is((session_query($s, 'SELECT 1'))[0], '1', 'backend usable after the lost conne
   session_query($s, "SELECT redis_lock_acquire_session('r2', 30000)");
 like(
 	$err,
-	qr/ERROR:\s+08001: could not connect to Redis server at $endpoint/,
+	qr/ERROR:\s+08001: could not connect to Redis server "redislock"\nDETAIL:  Connection to $endpoint failed/,
 	'next call fails to connect with 08001 naming the endpoint');
 cmp_ok($secs, '<', 2.5, 'connect failure reported within connect_timeout');
 ($out, $err) = session_query($s, "SELECT redis_stock_get('st')");
-like($err, qr/ERROR:\s+08001: could not connect to Redis server at $endpoint/,
+like($err, qr/ERROR:\s+08001: could not connect to Redis server "redislock"\nDETAIL:  Connection to $endpoint failed/,
 	'stock functions report the same connect failure');
 
 ($out, $err) = session_query($s, 'SELECT pg_backend_pid(), 1 + 1');
@@ -91,7 +91,7 @@ session_query($s, 'INSERT INTO audit VALUES (1)');
 $redis->kill9;
 
 ($out, $err, $secs) = session_query($s, 'COMMIT');
-like($err, qr/ERROR:\s+08001: could not connect to Redis server at $endpoint/,
+like($err, qr/ERROR:\s+08001: could not connect to Redis server "redislock"\nDETAIL:  Connection to $endpoint failed/,
 	'COMMIT fails when the lock cannot be verified');
 cmp_ok($secs, '<', 3, 'failed COMMIT returns within the timeouts');
 ($out, $err) = session_query($s, 'SELECT count(*) FROM audit');
@@ -109,7 +109,7 @@ $redis->kill9;
 
 ($out, $err, $secs) = session_query($s, 'COMMIT');
 unlike($err, qr/ERROR/, 'COMMIT does not fail with verify_before_commit off');
-like($err, qr/WARNING:\s+08001: could not connect to Redis server at $endpoint/,
+like($err, qr/WARNING:\s+08001: could not connect to Redis server "redislock"\nDETAIL:  Connection to $endpoint failed/,
 	'COMMIT warns that the lock could not be released');
 cmp_ok($secs, '<', 2.5, 'COMMIT with a dead Redis returns within the timeouts');
 ($out, $err) = session_query($s, 'SELECT count(*) FROM audit');

@@ -55,7 +55,7 @@ session_query($s, 'SET redislock.server = closed');
 ($out, $err, $secs) = session_query($s, "SELECT redis_lock_acquire('u1', 30000)");
 like(
 	$err,
-	qr/ERROR:\s+08001: could not connect to Redis server at 127\.0\.0\.1:$closed_port/,
+	qr/ERROR:\s+08001: could not connect to Redis server "closed"\nDETAIL:  Connection to 127\.0\.0\.1:$closed_port failed/,
 	'closed port: 08001 naming the endpoint');
 like($err, qr/HINT:.*"closed"/, 'the hint names the foreign server');
 cmp_ok($secs, '<', 1.5, 'within connect_timeout');

@@ -84,7 +84,7 @@ is($out, 't', 'and the lock is released');
 # --- Redis down when the reconnect is tried
 $redis->stop;
 ($out, $err) = session_query($s, "SELECT redis_lock_acquire('d1', 30000)");
-like($err, qr/ERROR:\s+08001: could not connect to Redis server at 127\.0\.0\.1:$port/,
+like($err, qr/ERROR:\s+08001: could not connect to Redis server "redislock"\nDETAIL:  Connection to 127\.0\.0\.1:$port failed/,
 	'with Redis down, the failed reconnect gives the connect error');
 unlike($err, qr/08006/, 'not "outcome unknown"');
 $redis->restart;

@@ -45,7 +45,7 @@ foreach my $case ([ 'authed', 'AUTH', $authed ], [ 'db1', 'SELECT', $plain ])
 	$redis->pause;
 	($out, $err, $secs) = session_query($s, "SELECT redis_lock_acquire('h1', 30000)");
 	like($err,
-		qr/ERROR:\s+08001: could not connect to Redis server at 127\.0\.0\.1:$port/,
+		qr/ERROR:\s+08001: could not connect to Redis server "$server"\nDETAIL:  Connection to 127\.0\.0\.1:$port failed/,
 		"$what unanswered: 08001 naming the endpoint");
 	cmp_ok($secs, '>=', 0.45, "$what unanswered: not before connect_timeout");
 	cmp_ok($secs, '<', 1.5, "$what unanswered: soon after connect_timeout, not command_timeout");
@@ -69,7 +69,7 @@ session_query($s,
 $authed->pause;
 ($out, $err, $secs) = session_query($s, "SELECT redis_lock_acquire('h2', 30000)");
 $authed->resume;
-like($err, qr/ERROR:\s+08001: could not connect to Redis server at/,
+like($err, qr/ERROR:\s+08001: could not connect to Redis server "authed"/,
 	'AUTH unanswered, command_timeout shorter: 08001');
 cmp_ok($secs, '>=', 1.9, 'AUTH unanswered, command_timeout shorter: not before connect_timeout');
 

@@ -174,7 +174,7 @@ is($out, 't', 'a transaction lock is taken');
 $redis->stop;
 ($out, $err, $secs) = session_query($s, 'COMMIT');
 like($err,
-	qr/WARNING:\s+08001: could not connect to Redis server at redis\.test:$port/,
+	qr/WARNING:\s+08001: could not connect to Redis server "named"\nDETAIL:  Connection to redis\.test:$port failed/,
 	'Redis stopped: COMMIT warns that it could not connect');
 cmp_ok($secs, '<', 1.5, 'at once, the resolver down');
 is(lookups(), 1, 'without a lookup');
@@ -182,7 +182,7 @@ is(lookups(), 1, 'without a lookup');
 # --- a SQL call that could not connect forgets the addresses
 resolver('up');
 ($out, $err) = session_query($s, "SELECT redis_stock_get('none')");
-like($err, qr/ERROR:\s+08001: could not connect to Redis server at redis\.test:$port/,
+like($err, qr/ERROR:\s+08001: could not connect to Redis server "named"\nDETAIL:  Connection to redis\.test:$port failed/,
 	'Redis stopped: a SQL call fails with 08001');
 is(lookups(), 2, 'after looking the name up again, since the kept addresses refused');
 $redis->restart;
