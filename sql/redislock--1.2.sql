@@ -126,3 +126,12 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
 
 REVOKE EXECUTE ON FUNCTION redis_stock_delete(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION redis_stock_recover() FROM PUBLIC;
+
+-- The timeline on which the decrement records of 1.1, which name none, were
+-- made: the one that ALTER EXTENSION UPDATE from 1.1 found (read from the
+-- last checkpoint, which after a promotion may still name the timeline
+-- before it: records of 1.1 are then left undecided, never misjudged).
+-- redis_stock_recover() decides those records on that timeline only.
+-- A fresh install has no such records, and no row.
+CREATE TABLE redis_stock_legacy_timeline (timeline integer NOT NULL);
+GRANT SELECT ON redis_stock_legacy_timeline TO PUBLIC;

@@ -5,26 +5,36 @@
  *		could not, after a crash or while Redis was unreachable.
  *
  * Every decrement leaves a record beside its stock, named after this
- * PostgreSQL cluster's system identifier, the ID of the (sub)transaction
- * that made it and a number.  That ID was durable before the decrement
- * reached Redis, so PostgreSQL knows its fate, also after a crash: the
- * records of committed transactions are cleared, those of transactions
- * that did not commit are given back (units and buyer), and those still in
- * progress are left.  Records of other clusters sharing the Redis are not
- * touched.
+ * PostgreSQL cluster's system identifier, its timeline, the ID of the
+ * (sub)transaction that made it and a number.  That ID was durable before
+ * the decrement reached Redis, so PostgreSQL knows its fate, also after a
+ * crash: the records of committed transactions are cleared, those of
+ * transactions that did not commit are given back (units and buyer), and
+ * those still in progress are left.
+ *
+ * A transaction ID names one transaction only within one history.  PITR, a
+ * promoted standby and a copy of the data directory keep the system
+ * identifier while their transaction IDs go their own ways, so only records
+ * of this cluster's current timeline are decided, and only for IDs it has
+ * assigned.  The rest are left in Redis and reported.  Records of other
+ * clusters sharing the Redis are not touched.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <ctype.h>
+
 #include <hiredis/hiredis.h>
 
 #include "access/transam.h"
 #include "access/xlog.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/lsyscache.h"
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
@@ -38,11 +48,27 @@ typedef struct FoundRecord
 {
 	StockKeys	keys;			/* the item's */
 	char	   *field;			/* the record's operation id */
+	TimeLineID	tli;			/* 0 for a record of 1.1, which names none */
 	FullTransactionId fxid;
 	int64		qty;
 	char	   *buyer;			/* NULL when none */
-	const char *outcome;		/* committed, aborted, in progress, unknown */
+	const char *outcome;		/* see redis_stock_recover() */
 } FoundRecord;
+
+/* What one run decides by, and what it could not settle */
+typedef struct RecoverRun
+{
+	ReturnSetInfo *rsinfo;
+	RedisConn  *conn;
+	int			prefixlen;
+	uint64		sysid;
+	TimeLineID	tli;			/* this cluster's timeline */
+	TimeLineID	legacy_tli;		/* that of the records of 1.1, 0 if unknown */
+	int			nfailed;		/* records whose settling Redis refused */
+	char	   *failed_key;		/* the first of them: its item */
+	char	   *failed_endpoint;	/* and where, and what, Redis answered */
+	char	   *failed_reply;
+} RecoverRun;
 
 PG_FUNCTION_INFO_V1(redis_stock_recover);
 
@@ -60,7 +86,8 @@ append_glob_escaped(StringInfo buf, const char *s)
 
 /*
  * What PostgreSQL knows of a transaction: as pg_xact_status() says, or
- * "unknown" when its status is no longer kept.
+ * "unknown" when its status is no longer kept.  The ID must precede the
+ * next one to be assigned, or pg_xact_status() fails.
  */
 static const char *
 transaction_outcome(FullTransactionId fxid)
@@ -78,26 +105,84 @@ transaction_outcome(FullTransactionId fxid)
 }
 
 /*
- * Parse a record of this cluster: operation id "<system identifier>:<xid>:
- * <number>" and value "<quantity>[ <buyer>]".  False for records of other
- * clusters and for anything malformed.
+ * The timeline on which the records of 1.1, which name none, were made:
+ * the one that ALTER EXTENSION UPDATE from 1.1 noted, or 0 when none was
+ * noted (a fresh install, or a database not updated yet).  The table is
+ * the extension's, in the schema of the function running.
+ */
+static TimeLineID
+legacy_timeline(Oid fn_oid)
+{
+	Oid			nspid = get_func_namespace(fn_oid);
+	TimeLineID	tli = 0;
+	bool		isnull;
+	Datum		value;
+
+	if (!OidIsValid(get_relname_relid("redis_stock_legacy_timeline", nspid)))
+		return 0;
+	SPI_connect();
+	if (SPI_execute(psprintf("SELECT timeline FROM %s.redis_stock_legacy_timeline",
+							 quote_identifier(get_namespace_name(nspid))),
+					true, 1) == SPI_OK_SELECT && SPI_processed == 1)
+	{
+		value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+							  &isnull);
+		if (!isnull && DatumGetInt32(value) > 0)
+			tli = DatumGetInt32(value);
+	}
+	SPI_finish();
+	return tli;
+}
+
+/*
+ * Read the unsigned decimal number at *s, which ends at a ':' or at the end
+ * of the string, and move *s past it and its ':'.  False when there is none.
+ */
+static bool
+next_number(const char **s, uint64 *value, bool *last)
+{
+	char	   *end;
+
+	if (!isdigit((unsigned char) **s))
+		return false;
+	errno = 0;
+	*value = strtou64(*s, &end, 10);
+	if (errno != 0 || (*end != ':' && *end != '\0'))
+		return false;
+	*last = *end == '\0';
+	*s = *last ? end : end + 1;
+	return true;
+}
+
+/*
+ * Parse a record of this cluster: operation id "<system identifier>:
+ * <timeline>:<xid>:<number>", or "<system identifier>:<xid>:<number>" as
+ * 1.1 wrote it, and value "<quantity>[ <buyer>]".  False for records of
+ * other clusters and for anything malformed.
  */
 static bool
 parse_record(const char *field, const char *value, uint64 sysid,
 			 FoundRecord *record)
 {
+	const char *s = field;
+	uint64		numbers[4];
+	int			n = 0;
+	bool		last = false;
 	char	   *end;
-	uint64		field_sysid;
-	uint64		xid;
+
+	while (!last && n < lengthof(numbers))
+		if (!next_number(&s, &numbers[n++], &last))
+			return false;
+	if (!last || n < 3 || numbers[0] != sysid)
+		return false;
+	if (n == 4 && (numbers[1] == 0 || numbers[1] > PG_UINT32_MAX))
+		return false;
+	record->tli = n == 4 ? (TimeLineID) numbers[1] : 0;
+	record->fxid = FullTransactionIdFromU64(numbers[n - 2]);
+	if (!TransactionIdIsNormal(XidFromFullTransactionId(record->fxid)))
+		return false;
 
 	errno = 0;
-	field_sysid = strtou64(field, &end, 10);
-	if (errno != 0 || *end != ':' || field_sysid != sysid)
-		return false;
-	xid = strtou64(end + 1, &end, 10);
-	if (errno != 0 || *end != ':')
-		return false;
-	record->fxid = FullTransactionIdFromU64(xid);
 	record->qty = strtoi64(value, &end, 10);
 	if (errno != 0 || end == value || (*end != '\0' && *end != ' '))
 		return false;
@@ -107,14 +192,35 @@ parse_record(const char *field, const char *value, uint64 sysid,
 }
 
 /*
+ * Decide a record by what this cluster knows of its transaction, when its
+ * transaction ID names one of this cluster's.  On another timeline (left
+ * by PITR or a promotion, or branched off this one) the same ID may belong
+ * to another transaction, and a transaction in progress where the
+ * histories split may have ended otherwise on the other side.  An ID not
+ * assigned yet was assigned by another history: a copy of this cluster, or
+ * one it went back from.  Such records are left, not decided on a guess.
+ */
+static const char *
+decide_record(const RecoverRun *run, const FoundRecord *record)
+{
+	if (record->tli == 0 && run->legacy_tli != run->tli)
+		return "unknown timeline";
+	if (record->tli != 0 && record->tli != run->tli)
+		return "other timeline";
+	if (!FullTransactionIdPrecedes(record->fxid, ReadNextFullTransactionId()))
+		return "future";
+	return transaction_outcome(record->fxid);
+}
+
+/*
  * The records of this cluster in the records key of an item (an HGETALL
- * reply), appended to *records.
+ * reply), decided and appended to *records.
  */
 static void
-collect_records(const RedisCall *hgetall, const char *ops_key,
-				int prefixlen, uint64 sysid, List **records)
+collect_records(const RecoverRun *run, const RedisCall *hgetall,
+				const char *ops_key, List **records)
 {
-	const char *marker = strstr(ops_key + prefixlen, "}:ops:");
+	const char *marker = strstr(ops_key + run->prefixlen, "}:ops:");
 	int			i;
 
 	if (marker == NULL || hgetall->reply_type != REDIS_REPLY_ARRAY)
@@ -122,17 +228,41 @@ collect_records(const RedisCall *hgetall, const char *ops_key,
 	for (i = 0; i + 1 < hgetall->nelements; i += 2)
 	{
 		FoundRecord *record = palloc0(sizeof(FoundRecord));
-		char	   *stock_key = psprintf("%.*s%s", prefixlen, ops_key,
+		char	   *stock_key = psprintf("%.*s%s", run->prefixlen, ops_key,
 										 marker + strlen("}:ops:"));
 
 		if (!parse_record(hgetall->elements[i], hgetall->elements[i + 1],
-						  sysid, record))
+						  run->sysid, record))
 			continue;
 		stock_keys_init(&record->keys, stock_key, strlen(stock_key),
-						prefixlen);
-		record->outcome = transaction_outcome(record->fxid);
+						run->prefixlen);
+		record->outcome = decide_record(run, record);
 		*records = lappend(*records, record);
 	}
+}
+
+/*
+ * A settling call has run.  Any integer reply means the record is settled:
+ * a give-back answers 1 (given back), 0 (the item was deleted, there is
+ * nothing to give back to) or -1 (someone settled it first), a clear how
+ * many records it deleted.  Anything else left the record in Redis: its
+ * row says so, and the first such answer is kept for the warning.
+ */
+static void
+settle_done(RecoverRun *run, RedisCall *call, FoundRecord *record)
+{
+	if (call->reply_type == REDIS_REPLY_INTEGER)
+		return;
+	record->outcome = strcmp(record->outcome, "aborted") == 0
+		? "give-back failed" : "clear failed";
+	if (run->nfailed++ > 0)
+		return;
+	run->failed_key = pnstrdup(record->keys.stock + run->prefixlen,
+							   record->keys.stocklen - run->prefixlen);
+	run->failed_endpoint = pstrdup(call->node->endpoint);
+	run->failed_reply = call->reply_type == REDIS_REPLY_ERROR
+		? pstrdup(call->str)
+		: psprintf("a reply of type %d", call->reply_type);
 }
 
 /*
@@ -140,11 +270,12 @@ collect_records(const RedisCall *hgetall, const char *ops_key,
  * clear those of committed ones, in one round trip.
  */
 static void
-settle_records(RedisConn *conn, List *records)
+settle_records(RecoverRun *run, List *records)
 {
 	RedisCall  *calls = palloc(sizeof(RedisCall) * Max(list_length(records), 1));
 	int			ncalls = 0;
 	ListCell   *lc;
+	int			i;
 
 	foreach(lc, records)
 	{
@@ -153,27 +284,31 @@ settle_records(RedisConn *conn, List *records)
 
 		if (strcmp(record->outcome, "aborted") == 0)
 		{
-			stock_keys_call(call, conn, &record->keys, &stock_giveback_script);
+			stock_keys_call(call, run->conn, &record->keys,
+							&stock_giveback_script);
 			redis_call_arg(call, record->field, strlen(record->field));
 		}
 		else if (strcmp(record->outcome, "committed") == 0)
-			stock_clear_record_call(call, conn, &record->keys, record->field);
+			stock_clear_record_call(call, run->conn, &record->keys,
+									record->field);
 		else
 			continue;
+		call->origin = record;
 		ncalls++;
 	}
 	redis_run(calls, ncalls);
+	for (i = 0; i < ncalls; i++)
+		settle_done(run, &calls[i], calls[i].origin);
 }
 
 static void
-put_record_row(ReturnSetInfo *rsinfo, const FoundRecord *record,
-			   int prefixlen)
+put_record_row(const RecoverRun *run, const FoundRecord *record)
 {
 	Datum		values[5];
 	bool		nulls[5] = {false};
 
-	values[0] = PointerGetDatum(cstring_to_text_with_len(record->keys.stock + prefixlen,
-														 record->keys.stocklen - prefixlen));
+	values[0] = PointerGetDatum(cstring_to_text_with_len(record->keys.stock + run->prefixlen,
+														 record->keys.stocklen - run->prefixlen));
 	values[1] = FullTransactionIdGetDatum(record->fxid);
 	values[2] = Int64GetDatum(record->qty);
 	if (record->buyer != NULL)
@@ -181,7 +316,8 @@ put_record_row(ReturnSetInfo *rsinfo, const FoundRecord *record,
 	else
 		nulls[3] = true;
 	values[4] = CStringGetTextDatum(record->outcome);
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	tuplestore_putvalues(run->rsinfo->setResult, run->rsinfo->setDesc,
+						 values, nulls);
 }
 
 /*
@@ -189,8 +325,7 @@ put_record_row(ReturnSetInfo *rsinfo, const FoundRecord *record,
  * record found to the result.
  */
 static void
-recover_node(ReturnSetInfo *rsinfo, RedisConn *conn, RedisNode *node,
-			 const char *pattern, int prefixlen, uint64 sysid)
+recover_node(RecoverRun *run, RedisNode *node, const char *pattern)
 {
 	char	   *cursor = "0";
 
@@ -202,7 +337,7 @@ recover_node(ReturnSetInfo *rsinfo, RedisConn *conn, RedisNode *node,
 		ListCell   *lc;
 		int			i;
 
-		redis_call_init(&scan, conn, NULL);
+		redis_call_init(&scan, run->conn, NULL);
 		redis_call_on_node(&scan, node);
 		redis_call_arg(&scan, "SCAN", 4);
 		redis_call_arg(&scan, cursor, strlen(cursor));
@@ -218,49 +353,89 @@ recover_node(ReturnSetInfo *rsinfo, RedisConn *conn, RedisNode *node,
 		reads = palloc(sizeof(RedisCall) * Max(scan.nelements - 1, 1));
 		for (i = 1; i < scan.nelements; i++)
 		{
-			redis_call_init(&reads[i - 1], conn, NULL);
+			redis_call_init(&reads[i - 1], run->conn, NULL);
 			redis_call_arg(&reads[i - 1], "HGETALL", 7);
 			redis_call_arg(&reads[i - 1], scan.elements[i],
 						   strlen(scan.elements[i]));
 		}
 		redis_run(reads, scan.nelements - 1);
 		for (i = 1; i < scan.nelements; i++)
-			collect_records(&reads[i - 1], scan.elements[i], prefixlen, sysid,
-							&records);
+			collect_records(run, &reads[i - 1], scan.elements[i], &records);
 
-		settle_records(conn, records);
+		settle_records(run, records);
 		foreach(lc, records)
-			put_record_row(rsinfo, lfirst(lc), prefixlen);
+			put_record_row(run, lfirst(lc));
 	} while (strcmp(cursor, "0") != 0);
+}
+
+/*
+ * Deciding needs this cluster's own timeline and transaction status, which
+ * a standby, still replaying another server's history, cannot vouch for.
+ */
+static void
+require_primary(void)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("Redis stock cannot be recovered during recovery"),
+				 errdetail("Records are decided by the timeline and transactions of the primary that made them."),
+				 errhint("Run redis_stock_recover() on the primary.")));
+}
+
+/* Say that some records could not be settled, and why the first was not */
+static void
+report_failed_settles(const RecoverRun *run)
+{
+	if (run->nfailed == 0)
+		return;
+	ereport(WARNING,
+			(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+			 errmsg_plural("%d decrement record of Redis stock was not settled",
+						   "%d decrement records of Redis stock were not settled",
+						   run->nfailed, run->nfailed),
+			 errdetail("For the record of item \"%s\", Redis server %s answered: %s",
+					   run->failed_key, run->failed_endpoint, run->failed_reply),
+			 errhint("Their rows say \"give-back failed\" or \"clear failed\"; the records stay in Redis for the next run.")));
 }
 
 /*
  * redis_stock_recover(): settle this cluster's decrement records on the
  * server of redislock.server (on every master of a Redis Cluster), and
  * return one row per record found: (key, xid, qty, buyer, outcome).
- * Records of transactions in progress, or whose status PostgreSQL no
- * longer keeps, are left as they are.
+ * Records are settled by the outcome of their transaction, "committed"
+ * (cleared) or "aborted" (given back), and left as they are when it is
+ * "in progress" or "unknown" (its status is no longer kept), when the
+ * record cannot be decided here ("other timeline", "unknown timeline",
+ * "future"), or when Redis refused to settle it ("give-back failed",
+ * "clear failed").
  */
 Datum
 redis_stock_recover(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	RedisConn  *conn = redis_conn_current();
-	int			prefixlen = strlen(conn->key_prefix);
-	uint64		sysid = GetSystemIdentifier();
+	RecoverRun	run = {0};
 	StringInfoData pattern;
 	RedisNode **masters;
 	int			nmasters;
 	int			i;
 
-	stock_require_counter_server(conn);
+	require_primary();
+	run.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	run.conn = redis_conn_current();
+	run.prefixlen = strlen(run.conn->key_prefix);
+	run.sysid = GetSystemIdentifier();
+	run.tli = stock_current_timeline();
+	run.legacy_tli = legacy_timeline(fcinfo->flinfo->fn_oid);
+
+	stock_require_counter_server(run.conn);
 	InitMaterializedSRF(fcinfo, 0);
 	initStringInfo(&pattern);
-	append_glob_escaped(&pattern, conn->key_prefix);
+	append_glob_escaped(&pattern, run.conn->key_prefix);
 	appendStringInfoString(&pattern, "{*}:ops:*");
 
-	nmasters = redis_conn_masters(conn, &masters);
+	nmasters = redis_conn_masters(run.conn, &masters);
 	for (i = 0; i < nmasters; i++)
-		recover_node(rsinfo, conn, masters[i], pattern.data, prefixlen, sysid);
+		recover_node(&run, masters[i], pattern.data);
+	report_failed_settles(&run);
 	return (Datum) 0;
 }

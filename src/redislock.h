@@ -22,6 +22,7 @@
 #ifndef REDISLOCK_H
 #define REDISLOCK_H
 
+#include "access/xlogdefs.h"
 #include "fmgr.h"
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
@@ -351,6 +352,7 @@ extern void stock_keys_call(RedisCall *call, RedisConn *conn,
 extern void stock_clear_record_call(RedisCall *call, RedisConn *conn,
 									const StockKeys *keys, const char *op_id);
 extern void stock_require_counter_server(const RedisConn *conn);
+extern TimeLineID stock_current_timeline(void);
 extern bool stock_has_pending(void);
 extern void stock_end_xact(RedisBatch *batch, bool commit);
 extern void stock_end_subxact(RedisBatch *batch, int level, bool commit);

@@ -46,6 +46,12 @@ static uint64 op_counter = 0;
 /* The last transaction ID made durable for a decrement */
 static FullTransactionId durable_xid = {0};
 
+/*
+ * "<system identifier>:<timeline>:<transaction ID>:" for durable_xid: the
+ * start of the operation ids of its decrements, made once per transaction
+ */
+static char op_id_start[64];
+
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
 static dlist_head pending = DLIST_STATIC_INIT(pending);
 
@@ -243,17 +249,34 @@ validated_buyer(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * The ID of the current (sub)transaction, assigned if need be and made
- * durable before any decrement carrying it reaches Redis.  A decrement's
- * record names it, and redis_stock_recover() judges the record by that
- * transaction's fate; an ID that never reached WAL could be handed out
- * again after a crash, and the record would then be judged by another
+ * This cluster's timeline: the one its new WAL carries.  Each PITR and each
+ * promotion of a standby starts a new one, so records of histories that
+ * share the system identifier and reuse transaction IDs differ by it.
+ */
+TimeLineID
+stock_current_timeline(void)
+{
+#if PG_VERSION_NUM >= 150000
+	return GetWALInsertionTimeLine();
+#else
+	return ThisTimeLineID;
+#endif
+}
+
+/*
+ * The start of the operation ids of the current (sub)transaction's
+ * decrements, "<system identifier>:<timeline>:<transaction ID>:".  The
+ * transaction ID is assigned if need be and made durable before any
+ * decrement carrying it reaches Redis.  A decrement's record names it, and
+ * redis_stock_recover() judges the record by that transaction's fate on the
+ * timeline named; an ID that never reached WAL could be handed out again
+ * after a crash, and the record would then be judged by another
  * transaction.  A small WAL record carries the ID and is flushed; the
  * commit is made synchronous too, so that a transaction whose only work
  * was a decrement stays committed across a crash.
  */
-static FullTransactionId
-durable_transaction_id(void)
+static const char *
+operation_id_start(void)
 {
 	FullTransactionId fxid = GetCurrentFullTransactionId();
 
@@ -261,9 +284,13 @@ durable_transaction_id(void)
 	{
 		XLogFlush(LogLogicalMessage("redislock", "", 0, false));
 		durable_xid = fxid;
+		snprintf(op_id_start, sizeof(op_id_start),
+				 UINT64_FORMAT ":%u:" UINT64_FORMAT ":",
+				 GetSystemIdentifier(), stock_current_timeline(),
+				 U64FromFullTransactionId(fxid));
 	}
 	ForceSyncCommit();
-	return fxid;
+	return op_id_start;
 }
 
 /*
@@ -288,9 +315,7 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	stock_keys_init(&decrement->keys, rkey, rkeylen, strlen(conn->key_prefix));
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);
-	decrement->op_id = psprintf(UINT64_FORMAT ":" UINT64_FORMAT ":" UINT64_FORMAT,
-								GetSystemIdentifier(),
-								U64FromFullTransactionId(durable_transaction_id()),
+	decrement->op_id = psprintf("%s" UINT64_FORMAT, operation_id_start(),
 								++op_counter);
 	decrement->qty = qty;
 	decrement->level = GetCurrentTransactionNestLevel();
