@@ -93,7 +93,7 @@ my ($out, $err) = session_query($other,
 is($out, '7', 'another session decrements in an open transaction');
 my $ops = $redis->sibling('shop:', 'ops', 'item');
 ok(defined $ops, 'the decrement is recorded beside the stock, inside the prefix');
-$redis->cli('HSET', $ops, "$sysid:$aborted:1", '2 dave');
+$redis->cli('HSET', $ops, "$sysid:1:$aborted:1", '2 dave');
 $redis->cli('DECRBY', 'shop:item', '2');
 $redis->cli('SADD', $redis->sibling('shop:', 'buyers', 'item'), 'dave');
 works(
