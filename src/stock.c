@@ -389,9 +389,13 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 		redis_call_wait_replicas(&calls[ncalls++], call);
 	redis_run(calls, ncalls);
 
-	/* an error reply or a refusal took nothing: there is nothing to undo */
-	if (call->reply_type != REDIS_REPLY_STRING &&
-		!(call->reply_type == REDIS_REPLY_INTEGER && call->integer >= 0))
+	/*
+	 * A refusal took nothing.  An error reply is kept: the script undoes
+	 * its writes when one fails, but should an undo fail too, what stays is
+	 * a recorded decrement, and the statement's rollback gives it back by
+	 * its operation id (finding no record otherwise).
+	 */
+	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer < 0)
 		forget_decrement(decrement);
 	remaining = remaining_stock(call, key);
 
