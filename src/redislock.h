@@ -62,6 +62,7 @@ extern RedisScript abandon_script;
 extern RedisScript extend_script;
 extern RedisScript stock_decr_script;
 extern RedisScript stock_giveback_script;
+extern RedisScript stock_set_script;
 
 extern void redislock_init_scripts(void);
 

@@ -222,6 +222,37 @@ RedisScript stock_giveback_script = {
 	"return given\n"
 };
 
+/*
+ * Set the stock of an item to exactly the quantity given, also while
+ * decrements of it are pending.  Their records stay, with their buyers,
+ * but the quantity each would give back becomes 0: the units they took
+ * were counted in the stock that the new quantity replaces.  So whether
+ * they commit or roll back, the stock stays what was set; a buyer whose
+ * purchase rolls back may buy again, and one whose purchase commits, or
+ * who bought before, may not.  The records are rewritten first and the
+ * stock last, each write undone if a later one fails.  Returns OK.
+ * KEYS: stock, operation records, buyers (untouched).  ARGV: quantity.
+ */
+RedisScript stock_set_script = {
+	"stock_set",
+	UNDOABLE_WRITES
+	"local records = redis.call('HGETALL', KEYS[2])\n"
+	"local err\n"
+	"for i = 1, #records, 2 do\n"
+	"  local qty, buyer = string.match(records[i + 1], '^(%d+)( ?.*)$')\n"
+	"  if qty and qty ~= '0' then\n"
+	"    err = write({'HSET', KEYS[2], records[i], records[i + 1]},\n"
+	"                'HSET', KEYS[2], records[i], '0' .. buyer)\n"
+	"    if err then\n"
+	"      return err\n"
+	"    end\n"
+	"  end\n"
+	"end\n"
+	"local done\n"
+	"err, done = write(nil, 'SET', KEYS[1], ARGV[1])\n"
+	"return err or done\n"
+};
+
 /* Hex SHA-1 of a script body, as Redis computes it for EVALSHA */
 static void
 compute_sha1(RedisScript *script)
@@ -261,5 +292,6 @@ redislock_init_scripts(void)
 	compute_sha1(&extend_script);
 	compute_sha1(&stock_decr_script);
 	compute_sha1(&stock_giveback_script);
+	compute_sha1(&stock_set_script);
 	done = true;
 }

@@ -144,19 +144,43 @@ stock_result(const RedisCall *call, const char *key)
 	return call->integer;
 }
 
-/* redis_stock_set(key, qty): set the stock of an item */
+/*
+ * The connection and keys of the item named by the first argument, which
+ * must be on a server that can keep stock
+ */
+static RedisConn *
+stock_item_arg(FunctionCallInfo fcinfo, StockKeys *keys)
+{
+	RedisConn  *conn;
+	int			rkeylen;
+	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+
+	stock_require_counter_server(conn);
+	stock_keys_init(keys, rkey, rkeylen, strlen(conn->key_prefix));
+	return conn;
+}
+
+/*
+ * redis_stock_set(key, qty): set the stock of an item to exactly qty, also
+ * during a sale.  Decrements still pending neither add to it nor take from
+ * it: their units were part of the stock that qty replaces.  One that
+ * commits stays sold; one that rolls back gives back its buyer's right to
+ * buy, but not its units.  Buyers stay marked: redis_stock_delete() starts
+ * a sale afresh.
+ */
 Datum
 redis_stock_set(PG_FUNCTION_ARGS)
 {
 	int64		qty = validated_qty(fcinfo, 1, true);
+	StockKeys	keys;
+	RedisConn  *conn = stock_item_arg(fcinfo, &keys);
 	RedisCall	call;
-	const char *key;
 
-	prepare_stock_call(fcinfo, &call, "SET", &key);
+	stock_keys_call(&call, conn, &keys, &stock_set_script);
 	redis_call_int_arg(&call, qty);
 	redis_run(&call, 1);
 	if (call.reply_type != REDIS_REPLY_STATUS)
-		report_stock_error(&call, key);
+		report_stock_error(&call, keys.stock + keys.prefixlen);
 	PG_RETURN_VOID();
 }
 
@@ -325,8 +349,8 @@ stock_keys_init(StockKeys *keys, const char *rkey, int rkeylen, int prefixlen)
 }
 
 /*
- * Start a call of a script on an item: the decrement and give-back scripts
- * take the same keys, stock, records, buyers
+ * Start a call of a script on an item: the set, decrement and give-back
+ * scripts take the same keys, stock, records, buyers
  */
 void
 stock_keys_call(RedisCall *call, RedisConn *conn, const StockKeys *keys,
