@@ -21,6 +21,25 @@ SELECT redis_stock_decr('err:s', -1);
 SELECT redis_stock_incr('err:s', 0);
 SELECT redis_stock_get('');
 
+-- a key that is where the extension keeps something beside another key
+-- ({<tag>}:<kind>:<key>, the tag being the smallest number that hashes to
+-- the Cluster slot of <key>: 8630 for "sku", 25578 for "k") is refused
+SELECT redis_lock_acquire_session('{8630}:ops:sku', 2147483647);
+SELECT redis_lock_acquire('{8630}:buyers:sku');
+SELECT redis_lock_release('{25578}:fence:k');
+SELECT redis_lock_extend('{25578}:fence:k', 1000);
+SELECT redis_lock_fence('{25578}:fence:k');
+SELECT redis_stock_set('{8630}:ops:sku', 1);
+SELECT redis_stock_get('{8630}:buyers:sku');
+SELECT redis_stock_incr('{25578}:fence:k');
+SELECT redis_stock_decr('{8630}:ops:sku');
+\! redis-cli -p $REDIS_PORT EXISTS '{8630}:ops:sku' '{8630}:buyers:sku' '{25578}:fence:k'
+-- but not a key of that shape with another tag, nor other hash-tagged keys
+SELECT redis_lock_acquire_session('{8631}:ops:sku'),
+       redis_lock_acquire_session('{order}:42'),
+       redis_lock_acquire_session('{8630}:lock:sku');
+SELECT redis_lock_release_all();
+
 -- none of it reached Redis
 SELECT redis_stock_get('err:s') AS untouched_stock;
 SELECT count(*) AS held FROM redis_locks() WHERE key LIKE 'err:%';

@@ -96,3 +96,25 @@ SELECT redis_stock_decr('stock:limited', 1, 'erin') AS erin_again;
 COMMIT;
 SELECT redis_stock_decr('stock:limited', 1, '');
 SELECT redis_stock_decr('stock:limited', 1, NULL) AS null_buyer_is_no_limit;
+
+-- a quantity set during a sale is exact: a pending decrement that rolls
+-- back gives back its buyer's right to buy, not its units, and one that
+-- commits does not take from it
+SELECT redis_stock_set('stock:restocked', 10);
+BEGIN;
+SELECT redis_stock_decr('stock:restocked', 3, 'frank');
+SELECT redis_stock_decr('stock:restocked', 2);
+SELECT redis_stock_set('stock:restocked', 100);
+ROLLBACK;
+SELECT redis_stock_get('stock:restocked') AS exactly_set;
+SELECT redis_stock_decr('stock:restocked', 1, 'frank') AS frank_again;
+BEGIN;
+SELECT redis_stock_decr('stock:restocked', 4, 'gina');
+SAVEPOINT sp;
+SELECT redis_stock_decr('stock:restocked', 5, 'hal');
+SELECT redis_stock_set('stock:restocked', 50);
+ROLLBACK TO SAVEPOINT sp;
+COMMIT;
+SELECT redis_stock_get('stock:restocked') AS still_exactly_set;
+SELECT redis_stock_decr('stock:restocked', 1, 'gina') AS gina_again;
+SELECT redis_stock_decr('stock:restocked', 1, 'hal') AS hal_again;

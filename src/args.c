@@ -15,7 +15,8 @@
 /*
  * The Redis key named by key argument argno of a SQL function, on the
  * server of redislock.server: that server's key prefix, then the key.  The
- * key is checked (neither NULL nor empty) before anything else is done.
+ * key is checked (neither NULL nor empty, nor a key the extension keeps
+ * beside another) before anything is asked of Redis.
  */
 char *
 redis_key_arg(FunctionCallInfo fcinfo, int argno, RedisConn **conn_out,
@@ -41,6 +42,7 @@ redis_key_arg(FunctionCallInfo fcinfo, int argno, RedisConn **conn_out,
 	memcpy(rkey, conn->key_prefix, prefixlen);
 	memcpy(rkey + prefixlen, VARDATA_ANY(key), keylen);
 	rkey[prefixlen + keylen] = '\0';
+	redis_check_key_not_reserved(rkey, prefixlen + keylen, prefixlen);
 
 	*conn_out = conn;
 	*rkeylen = prefixlen + keylen;

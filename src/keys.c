@@ -18,6 +18,9 @@
  * alike), so one script's keys always share one slot and stay inside the
  * prefix, where a Redis ACL pattern such as ~shop:* confines them.
  *
+ * A user's key that is itself the sibling of another key is refused, so
+ * that no lock or stock can take the place of what is kept beside a key.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -28,6 +31,21 @@
 #include "redislock.h"
 
 #define CLUSTER_SLOTS		16384
+
+/*
+ * The kinds of sibling keys, and what each keeps, for messages.  Every kind
+ * passed to redis_sibling_key() must be here, or users could take its keys.
+ */
+static const struct
+{
+	const char *kind;
+	const char *what;
+}			sibling_kinds[] =
+{
+	{"fence", "fencing token"},
+	{"ops", "decrement records"},
+	{"buyers", "buyers"}
+};
 
 /* CRC16 (XMODEM: polynomial 0x1021, no reflection), per table, built once */
 static uint16 crc16_table[256];
@@ -161,6 +179,76 @@ redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
 	*p = '\0';
 	*len = p - sibling;
 	return sibling;
+}
+
+/*
+ * Is rkey (rkeylen bytes, the first prefixlen of which are the server's key
+ * prefix) the sibling of kind sibling_kinds[kind] of another key?  If so,
+ * *owner and *ownerlen receive that key, without the prefix.
+ */
+static bool
+is_sibling_of_kind(const char *rkey, int rkeylen, int prefixlen, int kind,
+				   const char **owner, int *ownerlen)
+{
+	const char *kindname = sibling_kinds[kind].kind;
+	int			kindlen = strlen(kindname);
+	const char *end = rkey + rkeylen;
+	const char *p = rkey + prefixlen + 1;
+	char	   *owner_rkey;
+	char	   *sibling;
+	int			siblinglen;
+	bool		same;
+
+	/* the shape: {<digits>}:<kind>:<at least one byte> */
+	if (rkeylen - prefixlen < 2 || rkey[prefixlen] != '{')
+		return false;
+	while (p < end && isdigit((unsigned char) *p))
+		p++;
+	if (p == rkey + prefixlen + 1 || end - p < kindlen + 4 ||
+		p[0] != '}' || p[1] != ':' || memcmp(p + 2, kindname, kindlen) != 0 ||
+		p[2 + kindlen] != ':')
+		return false;
+	*owner = p + kindlen + 3;
+	*ownerlen = end - *owner;
+
+	/* and the tag that the key after it has */
+	owner_rkey = palloc(prefixlen + *ownerlen);
+	memcpy(owner_rkey, rkey, prefixlen);
+	memcpy(owner_rkey + prefixlen, *owner, *ownerlen);
+	sibling = redis_sibling_key(owner_rkey, prefixlen + *ownerlen, prefixlen,
+								kindname, &siblinglen);
+	same = siblinglen == rkeylen && memcmp(sibling, rkey, rkeylen) == 0;
+	pfree(sibling);
+	pfree(owner_rkey);
+	return same;
+}
+
+/*
+ * Refuse a user's key that is the sibling of another key: a lock or stock
+ * there would collide with what is kept beside that key (a string where a
+ * hash of decrement records belongs makes every decrement fail, say).
+ * Exactly the siblings are refused, "{<tag>}:<kind>:<key>" with the tag
+ * that <key> has under this prefix, so that no other key is: hash-tagged
+ * keys such as "{order}:42" are common, and another tag, or the same one
+ * before another key, collides with nothing.  This runs before the key is
+ * used, and costs more than a glance only for keys of a sibling's shape.
+ */
+void
+redis_check_key_not_reserved(const char *rkey, int rkeylen, int prefixlen)
+{
+	const char *owner;
+	int			ownerlen;
+	int			i;
+
+	for (i = 0; i < lengthof(sibling_kinds); i++)
+		if (is_sibling_of_kind(rkey, rkeylen, prefixlen, i, &owner, &ownerlen))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("Redis key \"%s\" is reserved", rkey + prefixlen),
+					 errdetail("It is where redislock keeps the %s of key \"%.*s\".",
+							   sibling_kinds[i].what, ownerlen, owner),
+					 errhint("Choose a key that does not start with a number in braces followed by \":%s:\".",
+							 sibling_kinds[i].kind)));
 }
 
 /*

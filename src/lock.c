@@ -465,7 +465,7 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 	redis_run_until(calls, ncalls, deadline, ERROR);
 	if (call->reply_type != REDIS_REPLY_STRING)
 	{
-		/* known outcome: not taken (an error reply means nothing was set) */
+		/* known outcome: not taken (the script writes the lock last) */
 		lock->in_redis = false;
 		script_result(call, user_key(lock));
 		return false;

@@ -64,6 +64,7 @@ extern RedisScript abandon_script;
 extern RedisScript extend_script;
 extern RedisScript stock_decr_script;
 extern RedisScript stock_giveback_script;
+extern RedisScript stock_set_script;
 
 extern void redislock_init_scripts(void);
 
@@ -318,6 +319,8 @@ extern bool redlock_decide_calls(RedisCall *calls, int ncalls,
 extern int	redis_key_slot(const char *key, int len);
 extern char *redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
 							   const char *kind, int *len);
+extern void redis_check_key_not_reserved(const char *rkey, int rkeylen,
+										 int prefixlen);
 extern bool redis_prefix_is_valid(const char *prefix);
 
 /*

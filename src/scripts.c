@@ -17,39 +17,76 @@
 #include "redislock.h"
 
 /*
- * Take the lock when it is free (SET NX PX, as every Redis lock client
- * does) and draw its fencing token in the same step.  A lock that already
- * carries our token is ours: that happens when an earlier command's outcome
- * was unknown.  The token is Redis' clock in microseconds, or one more than
- * the last token when that is not smaller, and it is kept beside the lock
- * only as long as the lease; successive holders get increasing tokens as
- * long as Redis' clock does not go back by more than a lease.  Tokens are
- * compared as digit strings and incremented by INCR, never through Lua's
- * doubles, so they stay exact.  The token key is checked before anything
- * is written, so that a failing script leaves no lock behind.  Returns the
- * token (a string), or 0 when someone else holds the lock.
+ * A prelude for scripts that write more than once.  Redis keeps a script's
+ * earlier writes when a later command fails, and a later command can fail
+ * whatever the script checked first: a Redis ACL may deny any command.  So
+ * each write goes through write(), given the command that undoes it (or
+ * nil when nothing must be undone).  When a write fails, the undos of the
+ * writes before it run newest first, stopping at the first that fails
+ * itself.  write() returns the error, which the script then returns, or
+ * nil and the write's reply.  Each script orders its writes so that a stop
+ * there leaves a state it accounts for; an undo that repeats the write's
+ * own command on the same key (DECRBY of the opposite quantity) cannot be
+ * denied.
+ */
+#define UNDOABLE_WRITES \
+	"local undo = {}\n" \
+	"local function write(inverse, ...)\n" \
+	"  local r = redis.pcall(...)\n" \
+	"  if type(r) == 'table' and r.err then\n" \
+	"    for i = #undo, 1, -1 do\n" \
+	"      local u = redis.pcall(unpack(undo[i]))\n" \
+	"      if type(u) == 'table' and u.err then\n" \
+	"        break\n" \
+	"      end\n" \
+	"    end\n" \
+	"    return r\n" \
+	"  end\n" \
+	"  if inverse then\n" \
+	"    undo[#undo + 1] = inverse\n" \
+	"  end\n" \
+	"  return nil, r\n" \
+	"end\n"
+
+/*
+ * Take the lock when it is free (as SET NX PX would: nothing can come
+ * between the check and the SET of a script), or renew it when it already
+ * carries our token, which happens when an earlier command's outcome was
+ * unknown; and draw its fencing token in the same step.  The token is
+ * Redis' clock in microseconds, or one more than the last token when that
+ * is not smaller, and it is kept beside the lock only as long as the
+ * lease; successive holders get increasing tokens as long as Redis' clock
+ * does not go back by more than a lease.  Tokens are compared and
+ * incremented as digit strings, never through Lua's doubles, so they stay
+ * exact, and the last one is checked to leave room for its successor
+ * below 2^63.  Everything that can fail is checked before anything is
+ * written, and the lock is written last, by the command that has just
+ * written the token: an error reply leaves no lock behind, at most a token
+ * drawn for nobody, which is harmless since tokens only have to grow.
+ * Returns the token (a string), or 0 when someone else holds the lock.
  * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms.
  */
 RedisScript acquire_script = {
 	"acquire",
-	"local last = redis.call('GET', KEYS[2])\n"
-	"if last and not string.match(last, '^[1-9]%d*$') then\n"
-	"  return redis.error_reply('NOTINT fencing token key does not hold a positive integer')\n"
+	"local holder = redis.call('GET', KEYS[1])\n"
+	"if holder and holder ~= ARGV[1] then\n"
+	"  return 0\n"
 	"end\n"
-	"if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n"
-	"  if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
-	"    return 0\n"
-	"  end\n"
-	"  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+	"local last = redis.call('GET', KEYS[2])\n"
+	"if last and not (string.match(last, '^[1-9]%d*$') and\n"
+	"                 (#last < 19 or (#last == 19 and last < '9223372036854775807'))) then\n"
+	"  return redis.error_reply('NOTINT fencing token key does not hold a positive integer below 2^63-1')\n"
 	"end\n"
 	"local now = redis.call('TIME')\n"
 	"local token = now[1] .. string.format('%06d', tonumber(now[2]))\n"
 	"if last and (#last > #token or (#last == #token and last >= token)) then\n"
-	"  redis.call('INCR', KEYS[2])\n"
-	"  redis.call('PEXPIRE', KEYS[2], ARGV[2])\n"
-	"  return redis.call('GET', KEYS[2])\n"
+	"  local stem, nines = string.match('0' .. last, '^(.-)(9*)$')\n"
+	"  local digit = string.byte(stem, -1) - string.byte('0') + 1\n"
+	"  token = string.sub(stem, 1, -2) .. digit .. string.rep('0', #nines)\n"
+	"  token = string.match(token, '^0?(.*)$')\n"
 	"end\n"
 	"redis.call('SET', KEYS[2], token, 'PX', ARGV[2])\n"
+	"redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
 	"return token\n"
 };
 
@@ -67,21 +104,23 @@ RedisScript release_script = {
 
 /*
  * Undo an acquire that too few replicas acknowledged: delete the lock and
- * its fencing token only if the lock is ours.  Returns 1 when deleted.
+ * its fencing token only if the lock is ours, in one command, so that the
+ * lock cannot stay behind a failure.  Returns 1 when deleted.
  * KEYS: lock, fencing token.  ARGV: owner token.
  */
 RedisScript abandon_script = {
 	"abandon",
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  redis.call('DEL', KEYS[2])\n"
-	"  return redis.call('DEL', KEYS[1])\n"
+	"  redis.call('DEL', KEYS[1], KEYS[2])\n"
+	"  return 1\n"
 	"end\n"
 	"return 0\n"
 };
 
 /*
  * Reset the lease of the lock, and of its fencing token, only if the lock
- * is still ours.  Returns 1 when renewed.
+ * is still ours.  Returns 1 when renewed.  The token's lease goes first: if
+ * the lock's then failed, the token would only outlive the lock by a lease.
  * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms.
  */
 RedisScript extend_script = {
@@ -102,37 +141,47 @@ RedisScript extend_script = {
  * -1 (changing nothing) when fewer than the requested units are left, or
  * -2 (changing nothing) when the buyer, if one is named, has already bought
  * the item.  An absent or non-integer stock, and an overflow, are errors
- * that change nothing.
+ * that change nothing.  The record is written right after the units are
+ * taken and before the buyer is marked: a failed write undoes the others,
+ * and should an undo fail too, what stays is a recorded decrement, which
+ * its give-back settles by its operation id.
  * KEYS: stock, operation records, buyers.  ARGV: quantity, operation id[,
  * buyer].
  */
 RedisScript stock_decr_script = {
 	"stock_decr",
+	UNDOABLE_WRITES
 	"if redis.call('EXISTS', KEYS[1]) == 0 then\n"
 	"  return redis.error_reply('NOSTOCK stock key does not exist')\n"
 	"end\n"
 	"if ARGV[3] and redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 1 then\n"
 	"  return -2\n"
 	"end\n"
-	"local left = redis.pcall('DECRBY', KEYS[1], ARGV[1])\n"
-	"if type(left) == 'table' then\n"
-	"  if string.find(left.err, 'overflow') then\n"
-	"    return redis.error_reply('OVERFLOW ' .. left.err)\n"
-	"  elseif string.find(left.err, 'not an integer') then\n"
-	"    return redis.error_reply('NOTINT ' .. left.err)\n"
+	"local back = {'DECRBY', KEYS[1], '-' .. ARGV[1]}\n"
+	"local err, left = write(back, 'DECRBY', KEYS[1], ARGV[1])\n"
+	"if err then\n"
+	"  if string.find(err.err, 'overflow') then\n"
+	"    return redis.error_reply('OVERFLOW ' .. err.err)\n"
+	"  elseif string.find(err.err, 'not an integer') then\n"
+	"    return redis.error_reply('NOTINT ' .. err.err)\n"
 	"  end\n"
-	"  return left\n"
+	"  return err\n"
 	"end\n"
 	"if left < 0 then\n"
-	"  redis.call('INCRBY', KEYS[1], ARGV[1])\n"
+	"  redis.call(unpack(back))\n"
 	"  return -1\n"
 	"end\n"
 	"local record = ARGV[1]\n"
 	"if ARGV[3] then\n"
-	"  redis.call('SADD', KEYS[3], ARGV[3])\n"
 	"  record = record .. ' ' .. ARGV[3]\n"
 	"end\n"
-	"redis.call('HSET', KEYS[2], ARGV[2], record)\n"
+	"err = write({'HDEL', KEYS[2], ARGV[2]}, 'HSET', KEYS[2], ARGV[2], record)\n"
+	"if not err and ARGV[3] then\n"
+	"  err = write(nil, 'SADD', KEYS[3], ARGV[3])\n"
+	"end\n"
+	"if err then\n"
+	"  return err\n"
+	"end\n"
 	"return redis.call('GET', KEYS[1])\n"
 };
 
@@ -141,28 +190,67 @@ RedisScript stock_decr_script = {
  * its units, and the buyer's right to buy.  Only a recorded decrement is
  * given back, and its record goes with it, so giving back is idempotent and
  * safe for a decrement whose outcome is unknown.  A deleted item is not
- * brought back to life.  Returns 1 when given back, 0 when the stock key is
- * gone, -1 when there is no record (the decrement did not happen, or was
- * given back already).
+ * brought back to life.  The units go back before the record is deleted,
+ * and a failed write undoes the others: should an undo fail too, the units
+ * and the record still agree.  Returns 1 when given back, 0 when the stock
+ * key is gone, -1 when there is no record (the decrement did not happen,
+ * or was given back already).
  * KEYS: stock, operation records, buyers.  ARGV: operation id.
  */
 RedisScript stock_giveback_script = {
 	"stock_giveback",
+	UNDOABLE_WRITES
 	"local record = redis.call('HGET', KEYS[2], ARGV[1])\n"
 	"if not record then\n"
 	"  return -1\n"
 	"end\n"
 	"local qty, buyer = string.match(record, '^(%d+) ?(.*)$')\n"
-	"local given = 0\n"
-	"if redis.call('EXISTS', KEYS[1]) == 1 then\n"
-	"  redis.call('INCRBY', KEYS[1], qty)\n"
-	"  given = 1\n"
+	"local given = redis.call('EXISTS', KEYS[1])\n"
+	"local err\n"
+	"if given == 1 and qty ~= '0' then\n"
+	"  err = write({'INCRBY', KEYS[1], '-' .. qty}, 'INCRBY', KEYS[1], qty)\n"
 	"end\n"
-	"redis.call('HDEL', KEYS[2], ARGV[1])\n"
-	"if buyer ~= '' then\n"
-	"  redis.call('SREM', KEYS[3], buyer)\n"
+	"if not err then\n"
+	"  err = write({'HSET', KEYS[2], ARGV[1], record}, 'HDEL', KEYS[2], ARGV[1])\n"
+	"end\n"
+	"if not err and buyer ~= '' then\n"
+	"  err = write(nil, 'SREM', KEYS[3], buyer)\n"
+	"end\n"
+	"if err then\n"
+	"  return err\n"
 	"end\n"
 	"return given\n"
+};
+
+/*
+ * Set the stock of an item to exactly the quantity given, also while
+ * decrements of it are pending.  Their records stay, with their buyers,
+ * but the quantity each would give back becomes 0: the units they took
+ * were counted in the stock that the new quantity replaces.  So whether
+ * they commit or roll back, the stock stays what was set; a buyer whose
+ * purchase rolls back may buy again, and one whose purchase commits, or
+ * who bought before, may not.  The records are rewritten first and the
+ * stock last, each write undone if a later one fails.  Returns OK.
+ * KEYS: stock, operation records, buyers (untouched).  ARGV: quantity.
+ */
+RedisScript stock_set_script = {
+	"stock_set",
+	UNDOABLE_WRITES
+	"local records = redis.call('HGETALL', KEYS[2])\n"
+	"local err\n"
+	"for i = 1, #records, 2 do\n"
+	"  local qty, buyer = string.match(records[i + 1], '^(%d+)( ?.*)$')\n"
+	"  if qty and qty ~= '0' then\n"
+	"    err = write({'HSET', KEYS[2], records[i], records[i + 1]},\n"
+	"                'HSET', KEYS[2], records[i], '0' .. buyer)\n"
+	"    if err then\n"
+	"      return err\n"
+	"    end\n"
+	"  end\n"
+	"end\n"
+	"local done\n"
+	"err, done = write(nil, 'SET', KEYS[1], ARGV[1])\n"
+	"return err or done\n"
 };
 
 /* Hex SHA-1 of a script body, as Redis computes it for EVALSHA */
@@ -204,5 +292,6 @@ redislock_init_scripts(void)
 	compute_sha1(&extend_script);
 	compute_sha1(&stock_decr_script);
 	compute_sha1(&stock_giveback_script);
+	compute_sha1(&stock_set_script);
 	done = true;
 }

@@ -150,19 +150,43 @@ stock_result(const RedisCall *call, const char *key)
 	return call->integer;
 }
 
-/* redis_stock_set(key, qty): set the stock of an item */
+/*
+ * The connection and keys of the item named by the first argument, which
+ * must be on a server that can keep stock
+ */
+static RedisConn *
+stock_item_arg(FunctionCallInfo fcinfo, StockKeys *keys)
+{
+	RedisConn  *conn;
+	int			rkeylen;
+	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+
+	stock_require_counter_server(conn);
+	stock_keys_init(keys, rkey, rkeylen, strlen(conn->key_prefix));
+	return conn;
+}
+
+/*
+ * redis_stock_set(key, qty): set the stock of an item to exactly qty, also
+ * during a sale.  Decrements still pending neither add to it nor take from
+ * it: their units were part of the stock that qty replaces.  One that
+ * commits stays sold; one that rolls back gives back its buyer's right to
+ * buy, but not its units.  Buyers stay marked: redis_stock_delete() starts
+ * a sale afresh.
+ */
 Datum
 redis_stock_set(PG_FUNCTION_ARGS)
 {
 	int64		qty = validated_qty(fcinfo, 1, true);
+	StockKeys	keys;
+	RedisConn  *conn = stock_item_arg(fcinfo, &keys);
 	RedisCall	call;
-	const char *key;
 
-	prepare_stock_call(fcinfo, &call, "SET", &key);
+	stock_keys_call(&call, conn, &keys, &stock_set_script);
 	redis_call_int_arg(&call, qty);
 	redis_run(&call, 1);
 	if (call.reply_type != REDIS_REPLY_STATUS)
-		report_stock_error(&call, key);
+		report_stock_error(&call, keys.stock + keys.prefixlen);
 	PG_RETURN_VOID();
 }
 
@@ -350,8 +374,8 @@ stock_keys_init(StockKeys *keys, const char *rkey, int rkeylen, int prefixlen)
 }
 
 /*
- * Start a call of a script on an item: the decrement and give-back scripts
- * take the same keys, stock, records, buyers
+ * Start a call of a script on an item: the set, decrement and give-back
+ * scripts take the same keys, stock, records, buyers
  */
 void
 stock_keys_call(RedisCall *call, RedisConn *conn, const StockKeys *keys,
@@ -414,9 +438,13 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 		redis_call_wait_replicas(&calls[ncalls++], call);
 	redis_run(calls, ncalls);
 
-	/* an error reply or a refusal took nothing: there is nothing to undo */
-	if (call->reply_type != REDIS_REPLY_STRING &&
-		!(call->reply_type == REDIS_REPLY_INTEGER && call->integer >= 0))
+	/*
+	 * A refusal took nothing.  An error reply is kept: the script undoes
+	 * its writes when one fails, but should an undo fail too, what stays is
+	 * a recorded decrement, and the statement's rollback gives it back by
+	 * its operation id (finding no record otherwise).
+	 */
+	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer < 0)
 		forget_decrement(decrement);
 	remaining = remaining_stock(call, key);
 

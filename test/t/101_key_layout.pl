@@ -5,6 +5,8 @@
 #   in the Cluster slot of <prefix><key> (CRC16 of the hash tag, computed
 #   here and checked against CLUSTER KEYSLOT), whatever the key holds,
 #   braces included, also under a prefix that holds a hash tag itself;
+# - such a sibling cannot be named as a key of the user's (22023), while
+#   the same name with another tag can;
 # - a key_prefix whose '{' does not open a complete, non-empty tag is
 #   refused (HV024), since its keys could not share a slot with siblings;
 # - nothing outlives its purpose: after 20,000 distinct keys are locked and
@@ -64,7 +66,7 @@ like($out, qr/key_prefix=p:[,}]/, 'and the server keeps its prefix');
 
 # --- siblings in the prefix and in the key's slot
 # Check that $kind's sibling of $prefix$key exists, inside the prefix, in
-# the slot of $prefix$key by our CRC16 and by Redis' own.
+# the slot of $prefix$key by our CRC16 and by Redis' own; return it.
 sub sibling_in_slot
 {
 	my ($prefix, $kind, $key) = @_;
@@ -75,6 +77,23 @@ sub sibling_in_slot
 	is(key_slot($sibling), $slot, "'$prefix' '$key': $kind sibling in the key's slot");
 	is($redis->command('CLUSTER', 'KEYSLOT', $sibling), $slot,
 		"'$prefix' '$key': $kind sibling in the key's slot, says Redis");
+	return $sibling;
+}
+
+# Check that $sibling, which redislock keeps beside $prefix$key, cannot be
+# named as a key of the user's (22023), while the same name with another
+# tag can.
+sub not_a_user_key
+{
+	my ($prefix, $sibling, $key) = @_;
+	my $own = substr($sibling, length $prefix) =~ s/'/''/gr;
+	my ($kind) = $sibling =~ /\}:([a-z]+):/;
+	($out, $err) = session_query($s, "SELECT redis_stock_get('$own')");
+	like($err, qr/ERROR:\s+22023: Redis key ".*" is reserved/s,
+		"'$prefix' '$key': its $kind sibling is refused as a user's key");
+	$own =~ s/\A\{([0-9]+)\}/'{' . ($1 + 1) . '}'/e;
+	($out, $err) = session_query($s, "SELECT redis_stock_get('$own') IS NULL");
+	is("$out$err", 't', "'$prefix' '$key': another tag is a key like any other");
 	return;
 }
 
@@ -90,15 +109,16 @@ foreach my $server (sort keys %prefix)
 			"SELECT redis_lock_acquire_session('$lit', 60000), redis_lock_fence('$lit') > 0");
 		is("$out$err", 't|t', "'$prefix' '$key': lock taken, with a fencing token");
 		is($redis->command('EXISTS', $prefix . $key), '1', "'$prefix' '$key': the lock key is prefix || key");
-		sibling_in_slot($prefix, 'fence', $key);
+		my @siblings = sibling_in_slot($prefix, 'fence', $key);
 		session_query($s, "SELECT redis_lock_release('$lit')");
 
 		($out, $err) = session_query($s,
 			"SELECT redis_stock_set('$lit', 5); BEGIN; SELECT redis_stock_decr('$lit', 1, 'b')");
 		is("$out$err", "\n4", "'$prefix' '$key': decrement with a buyer");
 		is($redis->command('GET', $prefix . $key), '4', "'$prefix' '$key': the stock key is prefix || key");
-		sibling_in_slot($prefix, $_, $key) foreach ('buyers', 'ops');
+		push @siblings, sibling_in_slot($prefix, $_, $key) foreach ('buyers', 'ops');
 		session_query($s, 'COMMIT');
+		not_a_user_key($prefix, $_, $key) foreach @siblings;
 	}
 }
 session_query($s, 'RESET redislock.server');
