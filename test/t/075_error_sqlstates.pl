@@ -150,7 +150,8 @@ session_query($s, 'RESET redislock.server');
 # --- OOM
 $redis->cli('SET', 'p:om', '5');
 $redis->cli('CONFIG', 'SET', 'maxmemory', '1');
-error_is("SELECT redis_lock_acquire('om', 30000)", '53200', 'om', 'maxmemory', 'OOM, acquire');
+error_is("SELECT redis_lock_acquire('om_free', 30000)", '53200', 'om_free', 'maxmemory',
+	'OOM, acquire');
 error_is("SELECT redis_stock_decr('om')", '53200', 'om', 'maxmemory', 'OOM, decrement');
 $redis->cli('CONFIG', 'SET', 'maxmemory', '0');
 works("SELECT redis_stock_decr('om')", '4', 'OOM lifted');
