@@ -391,10 +391,10 @@ report_failed_settles(const RecoverRun *run)
 		return;
 	ereport(WARNING,
 			(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-			 errmsg_plural("%d decrement record of Redis stock was not settled",
-						   "%d decrement records of Redis stock were not settled",
-						   run->nfailed, run->nfailed),
-			 errdetail("For the record of item \"%s\", Redis server %s answered: %s",
+			 errmsg_plural("%d decrement record of Redis stock on server \"%s\" was not settled",
+						   "%d decrement records of Redis stock on server \"%s\" were not settled",
+						   run->nfailed, run->nfailed, run->conn->servername),
+			 errdetail("For the record of item \"%s\", Redis at %s answered: %s",
 					   run->failed_key, run->failed_endpoint, run->failed_reply),
 			 errhint("Their rows say \"give-back failed\" or \"clear failed\"; the records stay in Redis for the next run.")));
 }

@@ -72,7 +72,7 @@ stock_require_counter_server(const RedisConn *conn)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("Redis stock is not supported on Redlock server \"%s\"",
-						redislock_server_name),
+						conn->servername),
 				 errdetail("Stock needs one authoritative counter, and the masters of a Redlock server are independent."),
 				 errhint("Keep stock on a single Redis server, a Sentinel server or a Redis Cluster.")));
 }
@@ -119,8 +119,9 @@ report_stock_error(const RedisCall *call, const char *key)
 	if (redis_reply_is_error(call, "NOSTOCK"))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("Redis stock \"%s\" does not exist", key),
-				 errdetail("Key \"%s\" is absent at Redis server %s.",
+				 errmsg("Redis stock \"%s\" does not exist on server \"%s\"",
+						key, call->conn->servername),
+				 errdetail("Key \"%s\" is absent at %s.",
 						   call->argv[0], call->node->endpoint),
 				 errhint("Create it with redis_stock_set().")));
 	if (redis_reply_is_error(call, "OVERFLOW") ||
@@ -128,15 +129,17 @@ report_stock_error(const RedisCall *call, const char *key)
 		 strstr(call->str, "would overflow") != NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("Redis stock \"%s\" would overflow", key),
+				 errmsg("Redis stock \"%s\" on server \"%s\" would overflow",
+						key, call->conn->servername),
 				 errdetail("Redis answered: %s", call->str)));
 	if (redis_reply_is_error(call, "NOTINT") ||
 		(call->reply_type == REDIS_REPLY_ERROR &&
 		 strstr(call->str, "not an integer") != NULL))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("Redis stock \"%s\" does not hold an integer", key),
-				 errdetail("Key \"%s\" at Redis server %s holds something else.",
+				 errmsg("Redis stock \"%s\" on server \"%s\" does not hold an integer",
+						key, call->conn->servername),
+				 errdetail("Key \"%s\" at %s holds something else.",
 						   call->argv[call->script ? 0 : 1], call->node->endpoint)));
 	redis_unexpected_reply(call, key, ERROR);
 }
@@ -211,8 +214,9 @@ redis_stock_get(PG_FUNCTION_ARGS)
 	if (errno != 0 || end == call.str || *end != '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
-				 errmsg("Redis stock \"%s\" does not hold an integer", key),
-				 errdetail("Key \"%s\" at Redis server %s holds \"%s\".",
+				 errmsg("Redis stock \"%s\" on server \"%s\" does not hold an integer",
+						key, call.conn->servername),
+				 errdetail("Key \"%s\" at %s holds \"%s\".",
 						   call.argv[1], call.node->endpoint, call.str)));
 	PG_RETURN_INT64((int64) stock);
 }
@@ -476,16 +480,16 @@ giveback_done(RedisCall *call)
 	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0)
 		ereport(WARNING,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("Redis stock \"%s\" was deleted before its rolled-back decrement could be given back",
-						key),
+				 errmsg("Redis stock \"%s\" on server \"%s\" was deleted before its rolled-back decrement could be given back",
+						key, decrement->conn->servername),
 				 errdetail("Quantity not given back: " INT64_FORMAT ".",
 						   decrement->qty)));
 	else if (call->reply_type == 0)
 		ereport(WARNING,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("rolled-back decrement of Redis stock \"%s\" was not given back",
-						key),
-				 errdetail("Quantity not given back: " INT64_FORMAT "; the decrement's record stays at Redis server %s under operation id \"%s\".",
+				 errmsg("rolled-back decrement of Redis stock \"%s\" on server \"%s\" was not given back",
+						key, decrement->conn->servername),
+				 errdetail("Quantity not given back: " INT64_FORMAT "; the decrement's record stays at %s under operation id \"%s\".",
 						   decrement->qty, redis_key_endpoint(decrement->conn, decrement->keys.stock,
 											  decrement->keys.stocklen),
 						   decrement->op_id)));

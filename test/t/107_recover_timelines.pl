@@ -95,7 +95,7 @@ is( $rows,
 		"a|$xa|2|inflight|in progress",
 		"{a}w|$aborted|3|wb|give-back failed"),
 	'the primary decides its own records, 1.1\'s too, and leaves the other');
-like($err, qr/WARNING:  1 decrement record of Redis stock was not settled/,
+like($err, qr/WARNING:  1 decrement record of Redis stock on server "redislock" was not settled/,
 	'a refused give-back is reported');
 like($err, qr/ERR value is not an integer/, 'with what Redis answered');
 is($redis->command('GET', 'a'), '97', 'the aborted 1.1 record is given back');
