@@ -18,7 +18,6 @@
 #include "access/reloptions.h"
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_user_mapping.h"
-#include "commands/defrem.h"
 #include "foreign/foreign.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -153,81 +152,51 @@ free_connection(RedisConn *conn)
 	pfree(conn);
 }
 
+/* A copy of an option string that may be unset, which pstrdup() refuses */
+static char *
+copy_option(const char *value)
+{
+	return value != NULL ? pstrdup(value) : NULL;
+}
+
 /*
- * Give conn the options of the catalog, and the nodes they name: a single
- * server's one node, or a cluster's seeds.
+ * Give conn a copy of the options, and the nodes they name: a single
+ * server's one node, a cluster's seeds, the Sentinels or the masters.
  */
 static void
-set_options(RedisConn *conn, ForeignServer *server, List *mapping_options)
+set_options(RedisConn *conn, const RedisServerOptions *opts)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(conn->cxt);
-	const char *host = "127.0.0.1";
-	int			port = 6379;
-	const char *unix_socket = NULL;
-	const char *cluster = NULL;
-	const char *sentinels = NULL;
-	const char *masters = NULL;
-	const char *bad_entry;
-	ListCell   *lc;
 
-	conn->database = 0;
-	conn->min_replicas = 0;
-	conn->replica_timeout = 100;
-	conn->key_prefix = pstrdup("");
-	conn->username = NULL;
-	conn->password = NULL;
+	conn->database = opts->database;
+	conn->key_prefix = pstrdup(opts->key_prefix);
+	conn->username = copy_option(opts->username);
+	conn->password = copy_option(opts->password);
+	conn->sentinel_master = copy_option(opts->sentinel_master);
+	conn->sentinel_username = copy_option(opts->sentinel_username);
+	conn->sentinel_password = copy_option(opts->sentinel_password);
+	conn->min_replicas = opts->min_replicas;
+	conn->replica_timeout = opts->replica_timeout;
 
-	foreach(lc, list_concat(list_copy(server->options), mapping_options))
+	switch (opts->kind)
 	{
-		DefElem    *def = (DefElem *) lfirst(lc);
-		char	   *value = pstrdup(defGetString(def));
-
-		if (strcmp(def->defname, "host") == 0)
-			host = value;
-		else if (strcmp(def->defname, "port") == 0)
-			port = pg_strtoint32(value);
-		else if (strcmp(def->defname, "unix_socket") == 0)
-			unix_socket = value;
-		else if (strcmp(def->defname, "cluster") == 0)
-			cluster = value;
-		else if (strcmp(def->defname, "sentinel") == 0)
-			sentinels = value;
-		else if (strcmp(def->defname, "redlock") == 0)
-			masters = value;
-		else if (strcmp(def->defname, "sentinel_master") == 0)
-			conn->sentinel_master = value;
-		else if (strcmp(def->defname, "sentinel_username") == 0)
-			conn->sentinel_username = value;
-		else if (strcmp(def->defname, "sentinel_password") == 0)
-			conn->sentinel_password = value;
-		else if (strcmp(def->defname, "min_replicas") == 0)
-			conn->min_replicas = pg_strtoint32(value);
-		else if (strcmp(def->defname, "replica_timeout") == 0)
-			conn->replica_timeout = pg_strtoint32(value);
-		else if (strcmp(def->defname, "database") == 0)
-			conn->database = pg_strtoint32(value);
-		else if (strcmp(def->defname, "key_prefix") == 0)
-			conn->key_prefix = value;
-		else if (strcmp(def->defname, "username") == 0)
-			conn->username = value;
-		else if (strcmp(def->defname, "password") == 0)
-			conn->password = value;
-	}
-
-	if (cluster != NULL)
-		redis_conn_set_seeds(conn, redis_parse_endpoints(cluster, &bad_entry));
-	else if (sentinels != NULL)
-		redis_conn_set_sentinels(conn,
-								 redis_parse_endpoints(sentinels, &bad_entry));
-	else if (masters != NULL)
-		redis_conn_set_masters(conn, redis_parse_endpoints(masters, &bad_entry));
-	else
-	{
-		conn->kind = REDIS_SERVER_SINGLE;
-		conn->nodes = palloc(sizeof(RedisNode *));
-		conn->nodes[0] = node_create(conn, host, port, unix_socket);
-		conn->nodes[0]->role = "master";
-		conn->nnodes = conn->maxnodes = 1;
+		case REDIS_SERVER_SINGLE:
+			conn->kind = REDIS_SERVER_SINGLE;
+			conn->nodes = palloc(sizeof(RedisNode *));
+			conn->nodes[0] = node_create(conn, opts->host, opts->port,
+										 opts->unix_socket);
+			conn->nodes[0]->role = "master";
+			conn->nnodes = conn->maxnodes = 1;
+			break;
+		case REDIS_SERVER_CLUSTER:
+			redis_conn_set_seeds(conn, opts->endpoints);
+			break;
+		case REDIS_SERVER_SENTINEL:
+			redis_conn_set_sentinels(conn, opts->endpoints);
+			break;
+		case REDIS_SERVER_REDLOCK:
+			redis_conn_set_masters(conn, opts->endpoints);
+			break;
 	}
 	MemoryContextSwitchTo(oldcxt);
 }
@@ -312,6 +281,7 @@ connection_from_catalog(Oid serverid, Oid userid)
 {
 	ForeignServer *server = GetForeignServer(serverid);
 	ForeignDataWrapper *fdw = GetForeignDataWrapper(server->fdwid);
+	RedisServerOptions opts;
 	RedisConn  *conn;
 
 	if (strcmp(fdw->fdwname, "redislock") != 0)
@@ -320,8 +290,11 @@ connection_from_catalog(Oid serverid, Oid userid)
 				 errmsg("foreign server \"%s\" does not belong to foreign data wrapper redislock",
 						server->servername)));
 
+	/* read first: an option that fails its check leaves no entry behind */
+	redis_read_options(&opts, server->options,
+					   user_mapping_options(userid, serverid));
 	conn = new_connection(server, userid);
-	set_options(conn, server, user_mapping_options(userid, serverid));
+	set_options(conn, &opts);
 	return conn;
 }
 

@@ -10,6 +10,7 @@
  *		args.c				SQL arguments turned into Redis keys
  *		keys.c				key layout: prefix, Cluster slot, sibling keys
  *		connection.c		the connection cache: foreign server and user
+ *		option.c			the options of servers and user mappings
  *		cluster.c			which node serves a key: Redis Cluster slots
  *		sentinel.c			which node is the master of a Sentinel server
  *		redlock.c			a quorum of independent masters (Redlock)
@@ -130,6 +131,32 @@ typedef enum RedisServerKind
 	REDIS_SERVER_SENTINEL,
 	REDIS_SERVER_REDLOCK
 } RedisServerKind;
+
+/*
+ * The options of a foreign server and its user mapping, read and checked
+ * by option.c, with defaults for those not set.  The connection cache
+ * copies them into its entry.
+ */
+typedef struct RedisServerOptions
+{
+	RedisServerKind kind;
+	const char *host;			/* a single server: host and port, */
+	int			port;
+	const char *unix_socket;	/* or a socket, NULL when unset */
+	List	   *endpoints;		/* the cluster seeds, Sentinels or masters */
+	const char *sentinel_master;
+	int			database;
+	const char *key_prefix;
+	int			min_replicas;
+	int			replica_timeout;
+	const char *username;		/* from the user mapping, NULL when unset */
+	const char *password;
+	const char *sentinel_username;
+	const char *sentinel_password;
+} RedisServerOptions;
+
+extern void redis_read_options(RedisServerOptions *opts, List *server_options,
+							   List *mapping_options);
 
 /* The hash slots of Redis Cluster */
 #define REDIS_CLUSTER_SLOTS 16384
