@@ -15,6 +15,7 @@
  *		sentinel.c			which node is the master of a Sentinel server
  *		redlock.c			a quorum of independent masters (Redlock)
  *		batch.c				running a set of calls over several nodes
+ *		call.c				building calls, their replies, Redis errors
  *		node.c				one non-blocking socket to one Redis node
  *		resp.c				RESP encoding of commands
  *
@@ -288,6 +289,10 @@ extern void redis_send_deferred(RedisCall *calls, int ncalls);
 extern void redis_unexpected_reply(const RedisCall *call, const char *key,
 								   int elevel);
 extern bool redis_reply_is_error(const RedisCall *call, const char *code);
+extern bool redis_reply_is_unavailable(const RedisCall *call);
+extern int	redis_error_sqlstate(const RedisCall *call);
+extern int	redis_error_hint(const RedisCall *call);
+extern void redis_call_take_reply(RedisCall *call, struct redisReply *reply);
 
 /* The calls of a transaction end, gathered from lock.c and stock.c */
 typedef struct RedisBatch
