@@ -11,6 +11,7 @@
  *		keys.c				key layout: prefix, Cluster slot, sibling keys
  *		connection.c		the connection cache: foreign server and user
  *		option.c			the options of servers and user mappings
+ *		registry.c			the nodes of a server, "host:port" endpoints
  *		cluster.c			which node serves a key: Redis Cluster slots
  *		sentinel.c			which node is the master of a Sentinel server
  *		redlock.c			a quorum of independent masters (Redlock)
@@ -310,14 +311,17 @@ extern char *redis_key_arg(FunctionCallInfo fcinfo, int argno,
 extern void require_argument(FunctionCallInfo fcinfo, int argno,
 							 const char *name);
 
-/* Routing to nodes (cluster.c) */
+/* The nodes of a server (registry.c) */
+extern bool redis_split_endpoint(char *entry, char **host, int *port);
 extern List *redis_parse_endpoints(const char *list, const char **bad_entry);
 extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints,
 									 const char *role);
-extern void redis_conn_set_seeds(RedisConn *conn, List *endpoints);
 extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
 extern int	redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels,
 									RedisNode ***nodes);
+
+/* Routing to nodes (cluster.c) */
+extern void redis_conn_set_seeds(RedisConn *conn, List *endpoints);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
 extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
