@@ -48,21 +48,23 @@ my @all_proxies;
 
 =over
 
-=item DelayProxy->start($target_port, $delay_secs)
+=item DelayProxy->start($target_port, $delay_secs, %opts)
 
 Start a proxy to 127.0.0.1:C<$target_port> and return it once it listens.
-The child leaves by itself when the test script is gone.
+C<port> chooses the port it listens on (a free one by default), so that a
+proxy stopped can be replaced by another on the same port.  The child
+leaves by itself when the test script is gone.
 
 =cut
 
 sub start
 {
-	my ($class, $target_port, $delay) = @_;
+	my ($class, $target_port, $delay, %opts) = @_;
 
 	my $listener = IO::Socket::INET->new(
 		Listen    => 16,
 		LocalAddr => '127.0.0.1',
-		LocalPort => 0,
+		LocalPort => $opts{port} // 0,
 		Proto     => 'tcp',
 		ReuseAddr => 1) or croak "cannot listen: $!";
 	my $pid = fork() // croak "cannot fork: $!";
