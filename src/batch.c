@@ -112,19 +112,20 @@ fail_run(NodeRun *run, RunFailure failure, int saved_errno)
 }
 
 /*
- * Are the calls of a run that have no reply yet all copies of Redlock calls
- * that are decided already?  The run then waits no longer; the replies
- * still due are dropped when the node is next used.
+ * Are the calls of a run that have no reply yet all copies of calls that
+ * their quorum decided already?  The run then waits no longer; the
+ * replies still due are dropped when the node is next used.
  */
 static bool
 run_is_moot(const NodeRun *run)
 {
+	const RedisTopology *topology = run->node->conn->topology;
 	int			i;
 
-	if (run->node->conn->kind != REDIS_SERVER_REDLOCK)
+	if (topology->copy_is_moot == NULL)
 		return false;
 	for (i = run->nreplied; i < run->ncalls; i++)
-		if (!run->calls[i]->helper && !redlock_copy_is_moot(run->calls[i]))
+		if (!run->calls[i]->helper && !topology->copy_is_moot(run->calls[i]))
 			return false;
 	return true;
 }
@@ -170,7 +171,8 @@ take_replies(NodeRun *run)
 		redis_call_take_reply(run->calls[run->nreplied], reply);
 		if (redis_reply_is_unavailable(run->calls[run->nreplied]))
 			run->close_after = true;
-		redlock_note_reply(run->calls[run->nreplied]);
+		if (node->conn->topology->note_reply != NULL)
+			node->conn->topology->note_reply(run->calls[run->nreplied]);
 		run->nreplied++;
 	}
 	if (run->nreplied > nreplied)
@@ -520,9 +522,9 @@ prepare_node(NodeRun *run, RedisDeadline *deadline, int elevel)
 		fail_run(run, RUN_NOT_CONNECTED, 0);
 		return false;
 	}
-	/* a Redlock master's refusal counts toward the quorum's, reported there */
+	/* a refusal that counts toward a quorum's is reported with the quorum */
 	if (!handshake(node, connect_deadline,
-				   node->conn->kind == REDIS_SERVER_REDLOCK ? DEBUG1 : elevel))
+				   redis_conn_decides_by_quorum(node->conn) ? DEBUG1 : elevel))
 	{
 		fail_run(run, RUN_NOT_ACCEPTED, 0);
 		return false;
@@ -551,7 +553,7 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 	NodeRun		run = {0};
 
 	/* a quorum's failures are judged when the call runs */
-	if (conn->kind == REDIS_SERVER_REDLOCK)
+	if (redis_conn_decides_by_quorum(conn))
 		return;
 	redis_call_init(&call, conn, NULL);
 	redis_call_arg(&call, "", 0);
@@ -559,7 +561,7 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 	redis_route_calls(&pcall, 1, deadline, ERROR, true);
 	run.node = call.node;
 	if (!prepare_node(&run, &deadline, ERROR) &&
-		run.failure == RUN_NOT_CONNECTED && conn->kind != REDIS_SERVER_SINGLE)
+		run.failure == RUN_NOT_CONNECTED && conn->topology->nodes_replaced)
 	{
 		redis_conn_lost_node(conn);
 		call.node = NULL;
@@ -683,11 +685,11 @@ failure_reason(const NodeRun *run, RedisDeadline deadline, int *sqlstate)
 }
 
 /*
- * The copies of Redlock calls that a failed run leaves without a reply
- * count against their quorum, which reports them all at once.
+ * The copies that a failed run leaves without a reply count against their
+ * quorum, which reports them all at once.
  */
 static void
-note_redlock_failure(const NodeRun *run, RedisDeadline deadline)
+note_quorum_failure(const NodeRun *run, RedisDeadline deadline)
 {
 	int			sqlstate;
 	const char *reason = failure_reason(run, deadline, &sqlstate);
@@ -695,7 +697,8 @@ note_redlock_failure(const NodeRun *run, RedisDeadline deadline)
 
 	for (i = 0; i < run->nwanted; i++)
 		if (run->wanted[i]->reply_type == 0)
-			redlock_note_failure(run->wanted[i], reason, sqlstate);
+			run->node->conn->topology->note_failure(run->wanted[i], reason,
+													sqlstate);
 }
 
 /*
@@ -730,9 +733,9 @@ conclude_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
 			run->node->failed_end = current_end.id;
 		if (run->failure == RUN_GIVEN_UP)
 			current_end.deadline.at = 0;
-		if (run->node->conn->kind == REDIS_SERVER_REDLOCK)
+		if (redis_conn_decides_by_quorum(run->node->conn))
 		{
-			note_redlock_failure(run, deadline);
+			note_quorum_failure(run, deadline);
 			run->failure = RUN_MOOT;	/* reported with its quorum */
 			continue;
 		}
@@ -783,6 +786,25 @@ group_calls(RedisCall **calls, int ncalls, int *nruns_out)
 	}
 	*nruns_out = nruns;
 	return runs;
+}
+
+/* Send a call where its MOVED or ASK reply says, if its server has those */
+static bool
+follow_redirect(RedisCall *call)
+{
+	return call->conn->topology->follow_redirect != NULL &&
+		call->conn->topology->follow_redirect(call);
+}
+
+/* A new round starts: the copies sent again count as outstanding again */
+static void
+start_round(RedisCall **pending, int npending)
+{
+	int			i;
+
+	for (i = 0; i < npending; i++)
+		if (pending[i]->quorum != NULL)
+			pending[i]->conn->topology->start_round(pending[i]);
 }
 
 static bool
@@ -857,7 +879,7 @@ reroute_unreachable(NodeRun *runs, int nruns, bool *rerouted)
 	for (i = 0; i < nruns; i++)
 	{
 		if (runs[i].failure != RUN_NOT_CONNECTED ||
-			runs[i].node->conn->kind == REDIS_SERVER_SINGLE)
+			!runs[i].node->conn->topology->nodes_replaced)
 			continue;
 		for (j = 0; j < runs[i].nwanted; j++)
 			if (runs[i].wanted[j]->node_given)
@@ -955,10 +977,10 @@ send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 		call->load_script = true;
 		return true;
 	}
-	if (redis_follow_redirect(call))
+	if (follow_redirect(call))
 		return true;
 	if (redis_reply_is_error(call, "READONLY") &&
-		call->conn->kind != REDIS_SERVER_SINGLE && !call->node_given)
+		call->conn->topology->nodes_replaced && !call->node_given)
 	{
 		call->node = NULL;		/* ask again where the master is */
 		return true;
@@ -1052,7 +1074,6 @@ bool
 redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 				int elevel)
 {
-	TimestampTz start = GetCurrentTimestamp();
 	RedisCall **pending;
 	int			npending;
 	bool		rerouted = false;
@@ -1064,7 +1085,7 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 		return true;
 	if (elevel >= ERROR)
 		current_end.active = false;
-	pending = redlock_expand_calls(calls, ncalls, &npending);
+	pending = redis_expand_calls(calls, ncalls, &npending);
 	for (i = 0; i < npending; i++)
 	{
 		pending[i]->asking = false;
@@ -1080,7 +1101,7 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 
 		for (i = 0; i < npending; i++)
 			pending[i]->reply_type = 0;
-		redlock_start_round(pending, npending);
+		start_round(pending, npending);
 		redis_route_calls(pending, npending, deadline, elevel, true);
 		runs = group_calls(pending, npending, &nruns);
 		start_runs(runs, nruns, &deadline, elevel);
@@ -1100,7 +1121,7 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 		pfree(runs);
 	}
 	pfree(pending);
-	if (!redlock_decide_calls(calls, ncalls, start, elevel))
+	if (!redis_decide_calls(calls, ncalls, elevel))
 		ok = false;
 	return ok;
 }
@@ -1241,7 +1262,7 @@ send_cleanup(RedisCall *call)
 	resp_append_call(&node->out, call);
 	node->awaiting++;
 	node->sent++;
-	if (call->conn->kind == REDIS_SERVER_CLUSTER)
+	if (call->conn->topology->follow_redirect != NULL)
 	{
 		RedirectableCall *kept = copy_cleanup(call);
 
@@ -1297,7 +1318,7 @@ drop_reply(RedisNode *node, redisReply *reply)
 		kept->call.reply_type = reply->type;
 		kept->call.str = pnstrdup(reply->str, reply->len);
 		kept->call.len = reply->len;
-		if (redis_follow_redirect(&kept->call) && kept->call.node != node)
+		if (follow_redirect(&kept->call) && kept->call.node != node)
 			send_cleanup(&kept->call);
 	}
 	if (kept != NULL)
@@ -1316,7 +1337,7 @@ void
 redis_send_deferred(RedisCall *calls, int ncalls)
 {
 	int			npending;
-	RedisCall **pending = redlock_expand_calls(calls, ncalls, &npending);
+	RedisCall **pending = redis_expand_calls(calls, ncalls, &npending);
 	int			i;
 
 	redis_route_calls(pending, npending, redis_command_deadline(), WARNING,

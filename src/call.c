@@ -28,6 +28,7 @@ redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
 	memset(call, 0, sizeof(RedisCall));
 	call->conn = conn;
 	call->script = script;
+	call->slot = -1;
 }
 
 /* Add an argument; the caller keeps arg alive until the call has run */

@@ -1,10 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * cluster.c
- *		Which node serves a call: the one node of a single server, the
- *		master that a Sentinel server's Sentinels named (sentinel.c), or
- *		the master of the key's hash slot in a Redis Cluster.  A call on a
- *		Redlock server goes to every master (redlock.c).
+ *		The topology of a Redis Cluster: a call goes to the master of its
+ *		key's hash slot.
  *
  * A cluster server starts from its seed nodes.  The slot map (CLUSTER
  * SLOTS) is asked of any node that answers, on first use and again after a
@@ -35,32 +33,14 @@ typedef struct SlotRange
  * Make conn a cluster server with the given seed endpoints; its slot map
  * is asked for on first use.
  */
-void
-redis_conn_set_seeds(RedisConn *conn, List *endpoints)
+static void
+cluster_init(RedisConn *conn, const RedisServerOptions *opts)
 {
-	conn->kind = REDIS_SERVER_CLUSTER;
-	redis_conn_add_endpoints(conn, endpoints, "unknown");
+	redis_conn_add_endpoints(conn, opts->endpoints, "unknown");
 	conn->slot_owner = MemoryContextAlloc(conn->cxt,
 										  sizeof(int16) * REDIS_CLUSTER_SLOTS);
 	memset(conn->slot_owner, -1, sizeof(int16) * REDIS_CLUSTER_SLOTS);
 	conn->map_stale = true;
-}
-
-/*
- * The key a call is about: a script's first key, or the first argument of
- * a command.  False for a call without one.
- */
-static bool
-call_key(const RedisCall *call, const char **key, size_t *len)
-{
-	int			argno = call->script != NULL ? 0 : 1;
-
-	if ((call->script != NULL && call->nkeys == 0) || call->argc <= argno ||
-		call->argv[argno] == NULL)
-		return false;
-	*key = call->argv[argno];
-	*len = call->argvlen[argno];
-	return true;
 }
 
 /*
@@ -82,33 +62,15 @@ node_for_slot(RedisConn *conn, int slot)
 }
 
 /*
- * The node for a key: a cluster's master of its slot; for a Sentinel
- * server, the master last named (a Sentinel while none was, whose error
- * reply then tells)
+ * The node for a key: the master of its slot, which is computed once and
+ * kept in *slot
  */
 static RedisNode *
-node_for_key(RedisConn *conn, const char *key, size_t len)
+cluster_node_for_key(RedisConn *conn, const char *key, size_t len, int *slot)
 {
-	switch (conn->kind)
-	{
-		case REDIS_SERVER_CLUSTER:
-			return node_for_slot(conn, redis_key_slot(key, len));
-		case REDIS_SERVER_SENTINEL:
-			if (conn->master_index >= 0)
-				return conn->nodes[conn->master_index];
-			break;
-		case REDIS_SERVER_SINGLE:
-		case REDIS_SERVER_REDLOCK:
-			break;
-	}
-	return conn->nodes[0];
-}
-
-/* The endpoint that serves a key now, for messages */
-const char *
-redis_key_endpoint(RedisConn *conn, const char *key, int keylen)
-{
-	return node_for_key(conn, key, keylen)->endpoint;
+	if (*slot < 0)
+		*slot = redis_key_slot(key, len);
+	return node_for_slot(conn, *slot);
 }
 
 /*
@@ -257,49 +219,12 @@ refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
 			 errhint("Check the \"cluster\" option of the foreign server.")));
 }
 
-/*
- * Choose the node of every call that has none.  With may_ask, the slot map
- * of a cluster, or the master of a Sentinel server, is asked for first
- * when it is not known or may have changed; once per server and call of
- * this function.
- */
-void
-redis_route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline,
-				  int elevel, bool may_ask)
+/* Ask for the slot map when it is not known or may have changed */
+static void
+cluster_refresh(RedisConn *conn, RedisDeadline deadline, int elevel)
 {
-	static uint64 last_round = 0;
-	/* asking runs calls of its own, which route with rounds of their own */
-	uint64		round = ++last_round;
-	int			i;
-
-	for (i = 0; may_ask && i < ncalls; i++)
-	{
-		RedisConn  *conn = calls[i]->conn;
-
-		if (calls[i]->node != NULL || conn->routed_round == round)
-			continue;
-		conn->routed_round = round;
-		if (conn->kind == REDIS_SERVER_CLUSTER && conn->map_stale)
-			refresh_slot_map(conn, deadline, elevel);
-		else if (conn->kind == REDIS_SERVER_SENTINEL &&
-				 sentinel_master_is_stale(conn))
-			sentinel_find_master(conn, deadline, elevel);
-	}
-	for (i = 0; i < ncalls; i++)
-	{
-		RedisCall  *call = calls[i];
-		const char *key;
-		size_t		len;
-
-		if (call->node != NULL)
-			continue;
-		if (call->follows != NULL)
-			call->node = call->follows->node;
-		else if (call_key(call, &key, &len))
-			call->node = node_for_key(call->conn, key, len);
-		else
-			call->node = call->conn->nodes[0];
-	}
+	if (conn->map_stale)
+		refresh_slot_map(conn, deadline, elevel);
 }
 
 /*
@@ -307,8 +232,8 @@ redis_route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline,
  * names, and MOVED updates the slot's master.  False when the reply is no
  * redirection.
  */
-bool
-redis_follow_redirect(RedisCall *call)
+static bool
+cluster_follow_redirect(RedisCall *call)
 {
 	RedisConn  *conn = call->conn;
 	bool		ask = redis_reply_is_error(call, "ASK");
@@ -320,8 +245,7 @@ redis_follow_redirect(RedisCall *call)
 	long		slot;
 	int			index;
 
-	if (conn->kind != REDIS_SERVER_CLUSTER || call->node_given ||
-		!(ask || redis_reply_is_error(call, "MOVED")))
+	if (call->node_given || !(ask || redis_reply_is_error(call, "MOVED")))
 		return false;
 
 	/* "MOVED <slot> <host>:<port>"; an empty host is the node that answered */
@@ -348,40 +272,24 @@ redis_follow_redirect(RedisCall *call)
 	return true;
 }
 
-/*
- * A node failed or said it cannot serve: the slot map or the master may
- * have changed
- */
-void
-redis_conn_lost_node(RedisConn *conn)
+/* A node failed or said it cannot serve: the slot map may have changed */
+static void
+cluster_lost_node(RedisConn *conn)
 {
-	if (conn->kind != REDIS_SERVER_SINGLE)
-		conn->map_stale = true;
+	conn->map_stale = true;
 }
 
 /*
- * The masters of a server (its one node for a single server), asking for
- * the slot map first if need be.  Returns their number.
+ * The masters that serve slots, asking for the slot map first if need be.
+ * Returns their number.
  */
-int
-redis_conn_masters(RedisConn *conn, RedisNode ***masters)
+static int
+cluster_masters(RedisConn *conn, RedisNode ***masters)
 {
 	bool	   *seen;
 	int			n = 0;
 	int			slot;
 
-	if (conn->kind == REDIS_SERVER_SINGLE)
-	{
-		*masters = conn->nodes;
-		return 1;
-	}
-	if (conn->kind == REDIS_SERVER_SENTINEL)
-	{
-		if (sentinel_master_is_stale(conn))
-			sentinel_find_master(conn, redis_command_deadline(), ERROR);
-		*masters = &conn->nodes[conn->master_index];
-		return 1;
-	}
 	if (conn->map_stale)
 		refresh_slot_map(conn, redis_command_deadline(), ERROR);
 	seen = palloc0(sizeof(bool) * conn->nnodes);
@@ -404,14 +312,12 @@ redis_conn_masters(RedisConn *conn, RedisNode ***masters)
  * The slot ranges a node serves as a master, e.g. "0-5460,10923", or NULL
  * when none.
  */
-char *
-redis_node_slots(RedisConn *conn, int nodeindex)
+static char *
+cluster_node_slots(RedisConn *conn, int nodeindex)
 {
 	StringInfoData buf;
 	int			slot = 0;
 
-	if (conn->kind != REDIS_SERVER_CLUSTER)
-		return NULL;
 	initStringInfo(&buf);
 	while (slot < REDIS_CLUSTER_SLOTS)
 	{
@@ -434,3 +340,15 @@ redis_node_slots(RedisConn *conn, int nodeindex)
 	}
 	return buf.len > 0 ? buf.data : NULL;
 }
+
+const RedisTopology cluster_topology = {
+	.init = cluster_init,
+	.refresh = cluster_refresh,
+	.node_for_key = cluster_node_for_key,
+	.follow_redirect = cluster_follow_redirect,
+	.lost_node = cluster_lost_node,
+	.masters = cluster_masters,
+	.node_slots = cluster_node_slots,
+	.nodes_replaced = true,
+	.one_counter = true,
+};

@@ -160,8 +160,9 @@ copy_option(const char *value)
 }
 
 /*
- * Give conn a copy of the options, and the nodes they name: a single
- * server's one node, a cluster's seeds, the Sentinels or the masters.
+ * Give conn a copy of the options, its topology, and the nodes they name:
+ * a single server's one node, a cluster's seeds, the Sentinels or the
+ * masters.
  */
 static void
 set_options(RedisConn *conn, const RedisServerOptions *opts)
@@ -178,26 +179,7 @@ set_options(RedisConn *conn, const RedisServerOptions *opts)
 	conn->min_replicas = opts->min_replicas;
 	conn->replica_timeout = opts->replica_timeout;
 
-	switch (opts->kind)
-	{
-		case REDIS_SERVER_SINGLE:
-			conn->kind = REDIS_SERVER_SINGLE;
-			conn->nodes = palloc(sizeof(RedisNode *));
-			conn->nodes[0] = node_create(conn, opts->host, opts->port,
-										 opts->unix_socket);
-			conn->nodes[0]->role = "master";
-			conn->nnodes = conn->maxnodes = 1;
-			break;
-		case REDIS_SERVER_CLUSTER:
-			redis_conn_set_seeds(conn, opts->endpoints);
-			break;
-		case REDIS_SERVER_SENTINEL:
-			redis_conn_set_sentinels(conn, opts->endpoints);
-			break;
-		case REDIS_SERVER_REDLOCK:
-			redis_conn_set_masters(conn, opts->endpoints);
-			break;
-	}
+	redis_conn_init_topology(conn, opts);
 	MemoryContextSwitchTo(oldcxt);
 }
 
@@ -548,7 +530,8 @@ redis_server_nodes(PG_FUNCTION_ARGS)
 	for (i = 0; i < conn->nnodes; i++)
 	{
 		RedisNode  *node = conn->nodes[i];
-		char	   *slots = redis_node_slots(conn, i);
+		char	   *slots = conn->topology->node_slots ?
+			conn->topology->node_slots(conn, i) : NULL;
 		Datum		values[4];
 		bool		nulls[4] = {false};
 

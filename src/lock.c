@@ -296,7 +296,7 @@ set_lease(HeldLock *lock, int ttl_ms, TimestampTz start)
 	lock->ttl_ms = ttl_ms;
 	lock->lease_expires_at =
 		TimestampTzPlusMilliseconds(start, ttl_ms -
-									redlock_drift_ms(lock->conn, ttl_ms));
+									redis_conn_drift_ms(lock->conn, ttl_ms));
 }
 
 /*
@@ -310,7 +310,7 @@ renewed_in_time(const HeldLock *lock, int ttl_ms, TimestampTz start)
 {
 	return GetCurrentTimestamp() <
 		TimestampTzPlusMilliseconds(start, ttl_ms -
-									redlock_drift_ms(lock->conn, ttl_ms));
+									redis_conn_drift_ms(lock->conn, ttl_ms));
 }
 
 /* The DETAIL of a renewal of lock that was late, or found it lost */
@@ -331,7 +331,7 @@ errdetail_renewal_failed(const HeldLock *lock, bool late)
 static void
 check_ttl_for_server(const RedisConn *conn, int ttl_ms)
 {
-	int			drift = redlock_drift_ms(conn, ttl_ms);
+	int			drift = redis_conn_drift_ms(conn, ttl_ms);
 
 	if (ttl_ms <= drift)
 		ereport(ERROR,
@@ -442,6 +442,21 @@ abandon_lock(HeldLock *lock, const RedisCall *wait)
 }
 
 /*
+ * Release, without waiting for the answer, a lock that an acquire may have
+ * left in Redis though it is not taken: granted too late for its lease, or
+ * granted by too few of a quorum's masters.  The release goes to every
+ * master, answered or not, and runs after the acquire on each.
+ */
+static void
+release_not_taken(HeldLock *lock)
+{
+	RedisCall	call;
+
+	prepare_release(&call, lock);
+	redis_send_deferred(&call, 1);
+}
+
+/*
  * One attempt at taking the lock in Redis: true when taken.  With the
  * server's min_replicas, the replicas must acknowledge it in the same round
  * trip, or it is released again and that is an error.
@@ -463,9 +478,23 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
 	redis_run_until(calls, ncalls, deadline, ERROR);
+	if (call->reply_type == REDIS_REPLY_STRING &&
+		redis_conn_decides_by_quorum(lock->conn) &&
+		!renewed_in_time(lock, ttl_ms, start))
+	{
+		/*
+		 * A quorum granted it too late for its lease: as Redlock has it, that
+		 * is no grant (elsewhere the check before commit judges the lease)
+		 */
+		release_not_taken(lock);
+		lock->in_redis = false;
+		return false;
+	}
 	if (call->reply_type != REDIS_REPLY_STRING)
 	{
 		/* known outcome: not taken (the script writes the lock last) */
+		if (redis_conn_decides_by_quorum(lock->conn))
+			release_not_taken(lock);
 		lock->in_redis = false;
 		script_result(call, user_key(lock));
 		return false;

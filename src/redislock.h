@@ -11,11 +11,13 @@
  *		keys.c				key layout: prefix, Cluster slot, sibling keys
  *		connection.c		the connection cache: foreign server and user
  *		option.c			the options of servers and user mappings
- *		registry.c			the nodes of a server, "host:port" endpoints
- *		cluster.c			which node serves a key: Redis Cluster slots
- *		sentinel.c			which node is the master of a Sentinel server
- *		redlock.c			a quorum of independent masters (Redlock)
  *		batch.c				running a set of calls over several nodes
+ *		topology.c			routing calls through their server's topology,
+ *							and a single server's
+ *		cluster.c			a Redis Cluster: the master of a key's slot
+ *		sentinel.c			a Sentinel server: the master they name
+ *		redlock.c			Redlock: a quorum of independent masters
+ *		registry.c			the nodes of a server, "host:port" endpoints
  *		call.c				building calls, their replies, Redis errors
  *		node.c				one non-blocking socket to one Redis node
  *		resp.c				RESP encoding of commands
@@ -192,7 +194,7 @@ typedef struct RedisConn
 	char	   *sentinel_password;
 	int			min_replicas;	/* replicas that must acknowledge a write */
 	int			replica_timeout;	/* how long to wait for them (ms) */
-	RedisServerKind kind;
+	const struct RedisTopology *topology;	/* its kind of server */
 	RedisNode **nodes;			/* every node known: a single server's one,
 								 * a cluster's seeds, masters and replicas,
 								 * the Sentinels and the masters they named */
@@ -201,7 +203,7 @@ typedef struct RedisConn
 	int16	   *slot_owner;		/* cluster: the index in nodes of each slot's
 								 * master, -1 when unknown */
 	bool		map_stale;		/* ask for the slot map or master first */
-	uint64		routed_round;	/* redis_route_calls() that last looked */
+	uint64		routed_round;	/* redis_route_calls() that last asked */
 	int			master_index;	/* Sentinel: the master in nodes, or -1 */
 	TimestampTz master_checked_at;	/* Sentinel: when it was last named */
 } RedisConn;
@@ -230,6 +232,7 @@ typedef struct RedisCall
 	const RedisScript *script;	/* NULL: argv is a plain command */
 	bool		send_body;		/* EVAL the script's text, not EVALSHA */
 	int			nkeys;			/* for scripts: argv[0..nkeys-1] are keys */
+	int			slot;			/* its key's Cluster slot, -1 until known */
 	int			argc;
 	const char *argv[REDIS_CALL_MAX_ARGS];	/* NULL: the integer below */
 	size_t		argvlen[REDIS_CALL_MAX_ARGS];
@@ -295,6 +298,73 @@ extern int	redis_error_sqlstate(const RedisCall *call);
 extern int	redis_error_hint(const RedisCall *call);
 extern void redis_call_take_reply(RedisCall *call, struct redisReply *reply);
 
+/*
+ * A kind of server: one Redis, Sentinel, Cluster or Redlock.  Its table
+ * holds what batch.c and the SQL functions need to know of it, so that
+ * they never test the kind; an operation left NULL does nothing, and a
+ * single server leaves most of them NULL (topology.c).
+ */
+typedef struct RedisTopology
+{
+	/* make the nodes that the options name: the one, seeds, Sentinels... */
+	void		(*init) (RedisConn *conn, const RedisServerOptions *opts);
+	/* ask where calls go, if that may have changed since last asked */
+	void		(*refresh) (RedisConn *conn, RedisDeadline deadline,
+							int elevel);
+	/* the node that serves key; *slot keeps its hash slot, -1 until known */
+	RedisNode  *(*node_for_key) (RedisConn *conn, const char *key,
+								 size_t len, int *slot);
+	/* send a call where its MOVED or ASK reply says; false for others */
+	bool		(*follow_redirect) (RedisCall *call);
+	/* a node failed or said it cannot serve: ask again before next use */
+	void		(*lost_node) (RedisConn *conn);
+	/* the masters, each once, asking where they are first if need be */
+	int			(*masters) (RedisConn *conn, RedisNode ***masters);
+	/* the slots a node serves, as text, or NULL */
+	char	   *(*node_slots) (RedisConn *conn, int nodeindex);
+
+	/*
+	 * A call on independent masters stands for a copy on each (expand
+	 * fills copies, returns their number), whose answers are counted as
+	 * they arrive; the call is decided by a quorum.
+	 */
+	int			(*expand) (RedisCall *call, RedisCall **copies);
+	void		(*start_round) (RedisCall *copy);
+	void		(*note_reply) (const RedisCall *copy);
+	void		(*note_failure) (const RedisCall *copy, const char *reason,
+								 int sqlstate);
+	bool		(*copy_is_moot) (const RedisCall *copy);
+	bool		(*decide) (RedisCall *call, int elevel);
+	/* the clock drift that a lease of ttl_ms must outlast */
+	int			(*drift_ms) (int ttl_ms);
+
+	bool		nodes_replaced; /* a node that cannot be reached, or says
+								 * READONLY, may have been replaced: its
+								 * calls are routed afresh */
+	bool		one_counter;	/* one node counts for the server (stock) */
+} RedisTopology;
+
+extern const RedisTopology single_topology;
+extern const RedisTopology cluster_topology;
+extern const RedisTopology sentinel_topology;
+extern const RedisTopology redlock_topology;
+
+/* Routing calls through their server's topology (topology.c) */
+extern void redis_conn_init_topology(RedisConn *conn,
+									 const RedisServerOptions *opts);
+extern void redis_route_calls(RedisCall **calls, int ncalls,
+							  RedisDeadline deadline, int elevel,
+							  bool may_ask);
+extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
+									  int keylen);
+extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
+extern void redis_conn_lost_node(RedisConn *conn);
+extern bool redis_conn_decides_by_quorum(const RedisConn *conn);
+extern int	redis_conn_drift_ms(const RedisConn *conn, int ttl_ms);
+extern RedisCall **redis_expand_calls(RedisCall *calls, int ncalls,
+									  int *npending);
+extern bool redis_decide_calls(RedisCall *calls, int ncalls, int elevel);
+
 /* The calls of a transaction end, gathered from lock.c and stock.c */
 typedef struct RedisBatch
 {
@@ -319,37 +389,6 @@ extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints,
 extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
 extern int	redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels,
 									RedisNode ***nodes);
-
-/* Routing to nodes (cluster.c) */
-extern void redis_conn_set_seeds(RedisConn *conn, List *endpoints);
-extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
-									  int keylen);
-extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
-extern void redis_route_calls(RedisCall **calls, int ncalls,
-							  RedisDeadline deadline, int elevel,
-							  bool may_ask);
-extern bool redis_follow_redirect(RedisCall *call);
-extern void redis_conn_lost_node(RedisConn *conn);
-extern char *redis_node_slots(RedisConn *conn, int nodeindex);
-
-/* Sentinel servers (sentinel.c) */
-extern void redis_conn_set_sentinels(RedisConn *conn, List *endpoints);
-extern bool sentinel_master_is_stale(const RedisConn *conn);
-extern void sentinel_find_master(RedisConn *conn, RedisDeadline deadline,
-								 int elevel);
-
-/* Redlock servers (redlock.c) */
-extern void redis_conn_set_masters(RedisConn *conn, List *endpoints);
-extern int	redlock_drift_ms(const RedisConn *conn, int ttl_ms);
-extern RedisCall **redlock_expand_calls(RedisCall *calls, int ncalls,
-										int *npending);
-extern void redlock_note_reply(const RedisCall *copy);
-extern void redlock_note_failure(const RedisCall *copy, const char *reason,
-								 int sqlstate);
-extern bool redlock_copy_is_moot(const RedisCall *copy);
-extern void redlock_start_round(RedisCall **pending, int npending);
-extern bool redlock_decide_calls(RedisCall *calls, int ncalls,
-								 TimestampTz start, int elevel);
 
 /* Key layout (keys.c) */
 extern int	redis_key_slot(const char *key, int len);

@@ -14,10 +14,10 @@
  *
  * The scripts answer yes with a string (the acquire script's fencing
  * token) or 1, and no with 0.  The decided call gets the answer of the
- * quorum: the largest token, or 1, or 0.  An acquire that did not get a
- * quorum within the lease minus the clock drift (1% of the lease + 2 ms,
- * the figure of the Redis documentation) counts as not granted, and is
- * released on every master at once, answered or not.
+ * quorum: the largest token, or 1, or 0.  Whether it came in time for the
+ * lease it asked for is for the caller to judge (lock.c), allowing for the
+ * masters' clock drift: 1% of the lease + 2 ms, the figure of the Redis
+ * documentation.
  *
  *-------------------------------------------------------------------------
  */
@@ -46,19 +46,16 @@ typedef struct Quorum
 } Quorum;
 
 /* Make conn a Redlock server over the given masters */
-void
-redis_conn_set_masters(RedisConn *conn, List *endpoints)
+static void
+redlock_init(RedisConn *conn, const RedisServerOptions *opts)
 {
-	conn->kind = REDIS_SERVER_REDLOCK;
-	redis_conn_add_endpoints(conn, endpoints, "master");
+	redis_conn_add_endpoints(conn, opts->endpoints, "master");
 }
 
 /* The clock drift allowed for a lease of ttl_ms on a Redlock server */
-int
-redlock_drift_ms(const RedisConn *conn, int ttl_ms)
+static int
+redlock_drift_ms(int ttl_ms)
 {
-	if (conn->kind != REDIS_SERVER_REDLOCK)
-		return 0;
 	return ttl_ms / 100 + 2;
 }
 
@@ -69,58 +66,36 @@ quorum_size(const Quorum *quorum)
 }
 
 /*
- * The calls to send for calls: each call on a Redlock server replaced by a
- * copy per master, the others as they are.  Returns an array of pointers
- * and its length in *npending.
+ * A copy of the call for each master, in copies, counted by a new quorum.
+ * Returns their number.
  */
-RedisCall **
-redlock_expand_calls(RedisCall *calls, int ncalls, int *npending)
+static int
+redlock_expand(RedisCall *call, RedisCall **copies)
 {
-	RedisCall **pending;
-	int			n = 0;
-	int			i;
+	RedisConn  *conn = call->conn;
+	Quorum	   *quorum = palloc0(sizeof(Quorum));
+	int			m;
 
-	for (i = 0; i < ncalls; i++)
-		n += calls[i].conn->kind == REDIS_SERVER_REDLOCK ?
-			calls[i].conn->nnodes : 1;
-	pending = palloc(sizeof(RedisCall *) * n);
-	n = 0;
-	for (i = 0; i < ncalls; i++)
+	quorum->call = call;
+	quorum->nmasters = conn->nnodes;
+	initStringInfo(&quorum->failures);
+	call->quorum = quorum;
+	for (m = 0; m < conn->nnodes; m++)
 	{
-		RedisCall  *call = &calls[i];
-		RedisConn  *conn = call->conn;
-		Quorum	   *quorum;
-		int			m;
+		RedisCall  *copy = palloc(sizeof(RedisCall));
 
-		call->quorum = NULL;
-		if (conn->kind != REDIS_SERVER_REDLOCK)
-		{
-			pending[n++] = call;
-			continue;
-		}
-		quorum = palloc0(sizeof(Quorum));
-		quorum->call = call;
-		quorum->nmasters = conn->nnodes;
-		initStringInfo(&quorum->failures);
-		call->quorum = quorum;
-		for (m = 0; m < conn->nnodes; m++)
-		{
-			RedisCall  *copy = palloc(sizeof(RedisCall));
+		memcpy(copy, call, sizeof(RedisCall));
+		redis_call_on_node(copy, conn->nodes[m]);
 
-			memcpy(copy, call, sizeof(RedisCall));
-			redis_call_on_node(copy, conn->nodes[m]);
-
-			/*
-			 * A master that answered NOSCRIPT after the quorum was known
-			 * would not be waited for, and would never run the call: the
-			 * text goes with it, and Redis caches the compiled script.
-			 */
-			copy->send_body = true;
-			pending[n++] = copy;
-		}
+		/*
+		 * A master that answered NOSCRIPT after the quorum was known would
+		 * not be waited for, and would never run the call: the text goes
+		 * with it, and Redis caches the compiled script.
+		 */
+		copy->send_body = true;
+		copies[m] = copy;
 	}
-	*npending = n;
-	return pending;
+	return conn->nnodes;
 }
 
 /* Is a reply larger than another: longer digit strings are larger */
@@ -148,7 +123,7 @@ check_decided(Quorum *quorum)
 }
 
 /* Count the reply of a master's copy of a call */
-void
+static void
 redlock_note_reply(const RedisCall *copy)
 {
 	Quorum	   *quorum = copy->quorum;
@@ -183,7 +158,7 @@ redlock_note_reply(const RedisCall *copy)
  * Count a master that could not answer a copy of a call, why, and the
  * SQLSTATE that would report it
  */
-void
+static void
 redlock_note_failure(const RedisCall *copy, const char *reason, int sqlstate)
 {
 	Quorum	   *quorum = copy->quorum;
@@ -207,7 +182,7 @@ redlock_note_failure(const RedisCall *copy, const char *reason, int sqlstate)
  * copies sent again next round make a quorum without it?  A stalled master
  * then holds back neither the decision nor the next round.
  */
-bool
+static bool
 redlock_copy_is_moot(const RedisCall *copy)
 {
 	const Quorum *quorum = copy->quorum;
@@ -218,30 +193,10 @@ redlock_copy_is_moot(const RedisCall *copy)
 }
 
 /* A new round starts: the copies sent again are outstanding once more */
-void
-redlock_start_round(RedisCall **pending, int npending)
-{
-	int			i;
-
-	for (i = 0; i < npending; i++)
-		if (pending[i]->quorum != NULL)
-			pending[i]->quorum->not_run = 0;
-}
-
-/*
- * Release a lock whose acquire did not get a quorum on every master,
- * answered or not: the release runs after the acquire on each connection.
- */
 static void
-release_everywhere(const RedisCall *acquire)
+redlock_start_round(RedisCall *copy)
 {
-	RedisCall	release;
-
-	redis_call_init(&release, acquire->conn, &release_script);
-	release.nkeys = 1;
-	redis_call_arg(&release, acquire->argv[0], acquire->argvlen[0]);
-	redis_call_arg(&release, acquire->argv[2], acquire->argvlen[2]);
-	redis_send_deferred(&release, 1);
+	copy->quorum->not_run = 0;
 }
 
 /* Give the call the quorum's answer: the best yes, or 0 */
@@ -264,61 +219,61 @@ take_quorum_answer(RedisCall *call, const Quorum *quorum, bool granted)
 }
 
 /*
- * Decide the calls on Redlock servers from what their masters answered.
- * An acquire granted too late counts as not granted.  When a quorum could
- * not answer at all the call has no reply and the failure is reported at
- * elevel, naming the masters and why; when a quorum answered with an
- * error, the call gets that error reply for the caller to report.  Returns
- * false when a call failed.
+ * Decide a call from what the masters' copies answered.  When a quorum
+ * could not answer at all the call has no reply and the failure is
+ * reported at elevel, naming the masters and why; when a quorum answered
+ * with an error, the call gets that error reply for the caller to report.
+ * Returns false when the call failed.
  */
-bool
-redlock_decide_calls(RedisCall *calls, int ncalls, TimestampTz start,
-					 int elevel)
+static bool
+redlock_decide(RedisCall *call, int elevel)
 {
+	Quorum	   *quorum = call->quorum;
+	bool		granted = quorum->yes >= quorum_size(quorum);
 	bool		ok = true;
-	int			i;
 
-	for (i = 0; i < ncalls; i++)
+	if (granted || quorum->yes + quorum->no >= quorum_size(quorum))
+		take_quorum_answer(call, quorum, granted);
+	else if (quorum->error != NULL)
 	{
-		RedisCall  *call = &calls[i];
-		Quorum	   *quorum = call->quorum;
-		bool		granted;
-
-		if (quorum == NULL)
-			continue;
-		granted = quorum->yes >= quorum_size(quorum);
-		if (granted && call->script == &acquire_script &&
-			TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
-									   (int) call->intarg -
-									   redlock_drift_ms(call->conn,
-														(int) call->intarg)))
-			granted = false;
-		if (!granted && call->script == &acquire_script)
-			release_everywhere(call);
-
-		if (granted || quorum->yes + quorum->no >= quorum_size(quorum))
-			take_quorum_answer(call, quorum, granted);
-		else if (quorum->error != NULL)
-		{
-			call->reply_type = quorum->error->reply_type;
-			call->str = quorum->error->str;
-			call->len = quorum->error->len;
-			call->node = quorum->error->node;
-		}
-		else
-		{
-			ok = false;
-			call->reply_type = 0;
-			ereport(elevel,
-					(errcode(quorum->sqlstate ? quorum->sqlstate :
-							 ERRCODE_CONNECTION_FAILURE),
-					 errmsg("a quorum of the %d Redlock masters of server \"%s\" did not answer",
-							quorum->nmasters, call->conn->servername),
-					 errdetail("Unreachable: %s.", quorum->failures.data),
-					 errhint("A Redlock server needs %d of its masters.",
-							 quorum_size(quorum))));
-		}
-		call->quorum = NULL;
+		call->reply_type = quorum->error->reply_type;
+		call->str = quorum->error->str;
+		call->len = quorum->error->len;
+		call->node = quorum->error->node;
 	}
+	else
+	{
+		ok = false;
+		call->reply_type = 0;
+		ereport(elevel,
+				(errcode(quorum->sqlstate ? quorum->sqlstate :
+						 ERRCODE_CONNECTION_FAILURE),
+				 errmsg("a quorum of the %d Redlock masters of server \"%s\" did not answer",
+						quorum->nmasters, call->conn->servername),
+				 errdetail("Unreachable: %s.", quorum->failures.data),
+				 errhint("A Redlock server needs %d of its masters.",
+						 quorum_size(quorum))));
+	}
+	call->quorum = NULL;
 	return ok;
 }
+
+/* Its masters are its nodes */
+static int
+redlock_masters(RedisConn *conn, RedisNode ***masters)
+{
+	*masters = conn->nodes;
+	return conn->nnodes;
+}
+
+const RedisTopology redlock_topology = {
+	.init = redlock_init,
+	.masters = redlock_masters,
+	.expand = redlock_expand,
+	.start_round = redlock_start_round,
+	.note_reply = redlock_note_reply,
+	.note_failure = redlock_note_failure,
+	.copy_is_moot = redlock_copy_is_moot,
+	.decide = redlock_decide,
+	.drift_ms = redlock_drift_ms,
+};

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * sentinel.c
- *		Finding the master of a Redis Sentinel server.
+ *		The topology of a Redis Sentinel server: every call goes to the
+ *		master that the Sentinels name.
  *
  * The Sentinels are asked for the master's address (SENTINEL
  * get-master-addr-by-name) in turn, connected ones first, and a new master
@@ -27,18 +28,17 @@
  * Make conn a Sentinel server: its first nodes are the Sentinels, and the
  * master is added when found.
  */
-void
-redis_conn_set_sentinels(RedisConn *conn, List *endpoints)
+static void
+sentinel_init(RedisConn *conn, const RedisServerOptions *opts)
 {
-	conn->kind = REDIS_SERVER_SENTINEL;
-	redis_conn_add_endpoints(conn, endpoints, "sentinel");
+	redis_conn_add_endpoints(conn, opts->endpoints, "sentinel");
 	conn->master_index = -1;
 	conn->map_stale = true;
 }
 
 /* Is the master found through the Sentinels due for another look? */
-bool
-sentinel_master_is_stale(const RedisConn *conn)
+static bool
+master_is_stale(const RedisConn *conn)
 {
 	return conn->map_stale || conn->master_index < 0 ||
 		TimestampDifferenceExceeds(conn->master_checked_at,
@@ -97,8 +97,8 @@ confirmed_master(RedisConn *conn, RedisNode *node, RedisDeadline deadline)
  * that confirms, the calls keep going where they went (they fail there if
  * that master is gone) and the failure is reported at elevel.
  */
-void
-sentinel_find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
+static void
+find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
 {
 	RedisNode **sentinels;
 	int			nsentinels = redis_conn_nodes_to_ask(conn, true, &sentinels);
@@ -131,3 +131,48 @@ sentinel_find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
 			 refusal ? errdetail_internal("%s", refusal) : 0,
 			 errhint("Check the \"sentinel\" and \"sentinel_master\" options of the foreign server and the Sentinels' credentials in the user mapping.")));
 }
+
+/* Look for the master when it is due for another look */
+static void
+sentinel_refresh(RedisConn *conn, RedisDeadline deadline, int elevel)
+{
+	if (master_is_stale(conn))
+		find_master(conn, deadline, elevel);
+}
+
+/*
+ * Every key is the master's, the one last named; a Sentinel while none
+ * was, whose error reply then tells
+ */
+static RedisNode *
+sentinel_node_for_key(RedisConn *conn, const char *key, size_t len,
+					  int *slot)
+{
+	return conn->nodes[Max(conn->master_index, 0)];
+}
+
+/* The master failed or said it cannot serve: ask the Sentinels again */
+static void
+sentinel_lost_node(RedisConn *conn)
+{
+	conn->map_stale = true;
+}
+
+/* The master, looked for first if due */
+static int
+sentinel_masters(RedisConn *conn, RedisNode ***masters)
+{
+	sentinel_refresh(conn, redis_command_deadline(), ERROR);
+	*masters = &conn->nodes[conn->master_index];
+	return 1;
+}
+
+const RedisTopology sentinel_topology = {
+	.init = sentinel_init,
+	.refresh = sentinel_refresh,
+	.node_for_key = sentinel_node_for_key,
+	.lost_node = sentinel_lost_node,
+	.masters = sentinel_masters,
+	.nodes_replaced = true,
+	.one_counter = true,
+};

@@ -68,7 +68,7 @@ PG_FUNCTION_INFO_V1(redis_stock_delete);
 void
 stock_require_counter_server(const RedisConn *conn)
 {
-	if (conn->kind == REDIS_SERVER_REDLOCK)
+	if (!conn->topology->one_counter)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("Redis stock is not supported on Redlock server \"%s\"",

@@ -1,0 +1,229 @@
+/*-------------------------------------------------------------------------
+ *
+ * topology.c
+ *		Calls routed through their server's topology, and the topology of
+ *		a single Redis server.
+ *
+ * Each kind of server has a table of operations (RedisTopology): a single
+ * server's here, a Redis Cluster's in cluster.c, a Sentinel server's in
+ * sentinel.c and a Redlock server's in redlock.c.  What the batch and the
+ * SQL functions need of a server goes through this file or the table, so
+ * that no other file tests the kind.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "redislock.h"
+
+/* A single server: its one node, made from host and port or unix_socket */
+static void
+single_init(RedisConn *conn, const RedisServerOptions *opts)
+{
+	conn->nodes = palloc(sizeof(RedisNode *));
+	conn->nodes[0] = node_create(conn, opts->host, opts->port,
+								 opts->unix_socket);
+	conn->nodes[0]->role = "master";
+	conn->nnodes = conn->maxnodes = 1;
+}
+
+/* A single server's one node is its master */
+static int
+single_masters(RedisConn *conn, RedisNode ***masters)
+{
+	*masters = conn->nodes;
+	return 1;
+}
+
+const RedisTopology single_topology = {
+	.init = single_init,
+	.masters = single_masters,
+	.one_counter = true,
+};
+
+/*
+ * Give conn the topology of its kind of server, and the nodes that the
+ * options name.  Called in conn's memory context.
+ */
+void
+redis_conn_init_topology(RedisConn *conn, const RedisServerOptions *opts)
+{
+	switch (opts->kind)
+	{
+		case REDIS_SERVER_SINGLE:
+			conn->topology = &single_topology;
+			break;
+		case REDIS_SERVER_CLUSTER:
+			conn->topology = &cluster_topology;
+			break;
+		case REDIS_SERVER_SENTINEL:
+			conn->topology = &sentinel_topology;
+			break;
+		case REDIS_SERVER_REDLOCK:
+			conn->topology = &redlock_topology;
+			break;
+	}
+	conn->topology->init(conn, opts);
+}
+
+/*
+ * The key a call is about: a script's first key, or the first argument of
+ * a command.  False for a call without one.
+ */
+static bool
+call_key(const RedisCall *call, const char **key, size_t *len)
+{
+	int			argno = call->script != NULL ? 0 : 1;
+
+	if ((call->script != NULL && call->nkeys == 0) || call->argc <= argno ||
+		call->argv[argno] == NULL)
+		return false;
+	*key = call->argv[argno];
+	*len = call->argvlen[argno];
+	return true;
+}
+
+/* The node that serves a key now, keeping its slot in *slot if asked */
+static RedisNode *
+node_for_key(RedisConn *conn, const char *key, size_t len, int *slot)
+{
+	if (conn->topology->node_for_key == NULL)
+		return conn->nodes[0];
+	return conn->topology->node_for_key(conn, key, len, slot);
+}
+
+/*
+ * Choose the node of every call that has none.  With may_ask, where calls
+ * go (a cluster's slot map, a Sentinel server's master) is asked for first
+ * when it is not known or may have changed; once per server and call of
+ * this function.
+ */
+void
+redis_route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline,
+				  int elevel, bool may_ask)
+{
+	static uint64 last_round = 0;
+	/* asking runs calls of its own, which route with rounds of their own */
+	uint64		round = ++last_round;
+	int			i;
+
+	for (i = 0; may_ask && i < ncalls; i++)
+	{
+		RedisConn  *conn = calls[i]->conn;
+
+		if (calls[i]->node != NULL || conn->routed_round == round ||
+			conn->topology->refresh == NULL)
+			continue;
+		conn->routed_round = round;
+		conn->topology->refresh(conn, deadline, elevel);
+	}
+	for (i = 0; i < ncalls; i++)
+	{
+		RedisCall  *call = calls[i];
+		const char *key;
+		size_t		len;
+
+		if (call->node != NULL)
+			continue;
+		if (call->follows != NULL)
+			call->node = call->follows->node;
+		else if (call_key(call, &key, &len))
+			call->node = node_for_key(call->conn, key, len, &call->slot);
+		else
+			call->node = call->conn->nodes[0];
+	}
+}
+
+/* The endpoint that serves a key now, for messages */
+const char *
+redis_key_endpoint(RedisConn *conn, const char *key, int keylen)
+{
+	int			slot = -1;
+
+	return node_for_key(conn, key, keylen, &slot)->endpoint;
+}
+
+/*
+ * The masters of a server, asking where they are first if need be.
+ * Returns their number.
+ */
+int
+redis_conn_masters(RedisConn *conn, RedisNode ***masters)
+{
+	return conn->topology->masters(conn, masters);
+}
+
+/* A node failed or said it cannot serve: where calls go may have changed */
+void
+redis_conn_lost_node(RedisConn *conn)
+{
+	if (conn->topology->lost_node != NULL)
+		conn->topology->lost_node(conn);
+}
+
+/*
+ * Is a call on this server decided by a quorum of independent masters?
+ * The failure of one master is then no failure of the call.
+ */
+bool
+redis_conn_decides_by_quorum(const RedisConn *conn)
+{
+	return conn->topology->decide != NULL;
+}
+
+/* The clock drift that a lease of ttl_ms on this server must outlast */
+int
+redis_conn_drift_ms(const RedisConn *conn, int ttl_ms)
+{
+	if (conn->topology->drift_ms == NULL)
+		return 0;
+	return conn->topology->drift_ms(ttl_ms);
+}
+
+/*
+ * The calls to send for calls: each call on a server of independent
+ * masters replaced by its copies, the others as they are.  Returns an
+ * array of pointers and its length in *npending.
+ */
+RedisCall **
+redis_expand_calls(RedisCall *calls, int ncalls, int *npending)
+{
+	RedisCall **pending;
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < ncalls; i++)
+		n += calls[i].conn->topology->expand != NULL ?
+			calls[i].conn->nnodes : 1;
+	pending = palloc(sizeof(RedisCall *) * n);
+	n = 0;
+	for (i = 0; i < ncalls; i++)
+	{
+		RedisCall  *call = &calls[i];
+
+		call->quorum = NULL;
+		if (call->conn->topology->expand != NULL)
+			n += call->conn->topology->expand(call, &pending[n]);
+		else
+			pending[n++] = call;
+	}
+	*npending = n;
+	return pending;
+}
+
+/*
+ * Decide the calls that copies stood for, from what the copies answered.
+ * Returns false when one failed (reported at elevel).
+ */
+bool
+redis_decide_calls(RedisCall *calls, int ncalls, int elevel)
+{
+	bool		ok = true;
+	int			i;
+
+	for (i = 0; i < ncalls; i++)
+		if (calls[i].quorum != NULL &&
+			!calls[i].conn->topology->decide(&calls[i], elevel))
+			ok = false;
+	return ok;
+}
