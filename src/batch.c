@@ -538,6 +538,63 @@ prepare_node(NodeRun *run, RedisDeadline *deadline, int elevel)
 }
 
 /*
+ * Ask a server's nodes where calls go, for its topology: the topology
+ * chooses each question and learns from its answer, the batch runs it.
+ */
+static void
+ask_topology(RedisConn *conn, RedisDeadline deadline, int elevel)
+{
+	const RedisTopology *topology = conn->topology;
+	RedisQuestion question = {0};
+
+	while (topology->next_question(conn, &question, elevel))
+	{
+		(void) redis_run_until(&question.call, 1, deadline,
+							   question.elevel);
+		topology->take_answer(conn, &question);
+	}
+}
+
+/*
+ * Choose the node of every call that has none.  Where calls go (a
+ * cluster's slot map, a Sentinel server's master) is asked for first when
+ * it is not known or may have changed: once per server and call of this
+ * function, so that a set of calls asks once, whatever it finds.
+ */
+static void
+route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline, int elevel)
+{
+	static uint64 last_round = 0;
+	/* asking runs calls of its own, which route with rounds of their own */
+	uint64		round = ++last_round;
+	int			i;
+
+	for (i = 0; i < ncalls; i++)
+	{
+		RedisConn  *conn = calls[i]->conn;
+
+		if (calls[i]->node != NULL || conn->routed_round == round ||
+			conn->topology->must_ask == NULL || !conn->topology->must_ask(conn))
+			continue;
+		conn->routed_round = round;
+		ask_topology(conn, deadline, elevel);
+	}
+	redis_route_calls(calls, ncalls);
+}
+
+/*
+ * The masters of a server, asking where they are first if need be.
+ * Returns their number.
+ */
+int
+redis_conn_masters(RedisConn *conn, RedisNode ***masters)
+{
+	if (conn->topology->must_ask != NULL && conn->topology->must_ask(conn))
+		ask_topology(conn, redis_command_deadline(), ERROR);
+	return conn->topology->masters(conn, masters);
+}
+
+/*
  * Connect to the node that serves key now, raising an ERROR on failure.
  * Callers use it before a command whose failure after sending leaves state
  * to clean up, so that a Redis that cannot even be reached is told apart
@@ -558,14 +615,14 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 	redis_call_init(&call, conn, NULL);
 	redis_call_arg(&call, "", 0);
 	redis_call_arg(&call, key, keylen);
-	redis_route_calls(&pcall, 1, deadline, ERROR, true);
+	route_calls(&pcall, 1, deadline, ERROR);
 	run.node = call.node;
 	if (!prepare_node(&run, &deadline, ERROR) &&
 		run.failure == RUN_NOT_CONNECTED && conn->topology->nodes_replaced)
 	{
 		redis_conn_lost_node(conn);
 		call.node = NULL;
-		redis_route_calls(&pcall, 1, deadline, ERROR, true);
+		route_calls(&pcall, 1, deadline, ERROR);
 		run.node = call.node;
 		run.failure = RUN_OK;
 		(void) prepare_node(&run, &deadline, ERROR);
@@ -1102,7 +1159,7 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 		for (i = 0; i < npending; i++)
 			pending[i]->reply_type = 0;
 		start_round(pending, npending);
-		redis_route_calls(pending, npending, deadline, elevel, true);
+		route_calls(pending, npending, deadline, elevel);
 		runs = group_calls(pending, npending, &nruns);
 		start_runs(runs, nruns, &deadline, elevel);
 		await_replies(runs, nruns, deadline.at, elevel);
@@ -1340,8 +1397,7 @@ redis_send_deferred(RedisCall *calls, int ncalls)
 	RedisCall **pending = redis_expand_calls(calls, ncalls, &npending);
 	int			i;
 
-	redis_route_calls(pending, npending, redis_command_deadline(), WARNING,
-					  false);
+	redis_route_calls(pending, npending);
 	for (i = 0; i < npending; i++)
 		send_cleanup(pending[i]);
 	for (i = 0; i < ncalls; i++)

@@ -162,69 +162,92 @@ apply_slot_ranges(RedisConn *conn, List *ranges)
 	conn->map_stale = false;
 }
 
+/* What a cluster asks its nodes for the slot map, and of whom */
+typedef struct SlotMapAsking
+{
+	RedisNode **nodes;			/* connected ones first */
+	int			nnodes;
+	RedisNode  *reached;		/* the one that got furthest */
+} SlotMapAsking;
+
+/* Must the slot map be asked for: not known, or a node was lost? */
+static bool
+cluster_must_ask(const RedisConn *conn)
+{
+	return conn->map_stale;
+}
+
 /*
- * Ask node for the slot map and make it conn's.  False when the node could
- * not be reached, refused (an ACL without cluster|slots, say) or gave no
- * map; failures are reported at elevel, which is below ERROR at a
- * transaction end: nothing there may raise one.
+ * CLUSTER SLOTS for each node in turn, connected ones first, failures kept
+ * quiet (DEBUG1).  When none gave a map, the node that got furthest is
+ * asked once more, at elevel, to report why; then the map stays stale, the
+ * calls go where it says, and the next set of calls asks again (not each
+ * call of this set).  Failures are reported at elevel, which is below
+ * ERROR at a transaction end: nothing there may raise one.
  */
 static bool
-ask_slot_map(RedisConn *conn, RedisNode *node, RedisDeadline deadline,
-			 int elevel)
+cluster_next_question(RedisConn *conn, RedisQuestion *question, int elevel)
 {
-	RedisCall	call;
+	SlotMapAsking *asking = question->state;
+	RedisNode  *node;
 
-	redis_call_init(&call, conn, NULL);
-	redis_call_on_node(&call, node);
-	call.parse_reply = parse_slot_ranges;
-	redis_call_arg(&call, "CLUSTER", 7);
-	redis_call_arg(&call, "SLOTS", 5);
-	(void) redis_run_until(&call, 1, deadline, elevel);
-	if (call.reply_type == REDIS_REPLY_ERROR)
-		redis_unexpected_reply(&call, "CLUSTER SLOTS", elevel);
-	if (call.reply_type != REDIS_REPLY_ARRAY || call.origin == NIL)
+	if (question->known)
 		return false;
-	apply_slot_ranges(conn, (List *) call.origin);
+	if (asking == NULL)
+	{
+		asking = palloc(sizeof(SlotMapAsking));
+		asking->nnodes = redis_conn_nodes_to_ask(conn, false, &asking->nodes);
+		asking->reached = conn->nodes[0];
+		question->state = asking;
+	}
+	if (question->asked > asking->nnodes)
+	{
+		conn->map_stale = true;
+		ereport(elevel,
+				(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+				 errmsg("no node of Redis Cluster server \"%s\" gave its slot map",
+						conn->servername),
+				 errhint("Check the \"cluster\" option of the foreign server.")));
+		return false;
+	}
+	if (question->asked < asking->nnodes)
+	{
+		node = asking->nodes[question->asked];
+		question->elevel = DEBUG1;
+	}
+	else
+	{
+		node = asking->reached;
+		question->elevel = elevel;
+	}
+	question->asked++;
+	redis_call_init(&question->call, conn, NULL);
+	redis_call_on_node(&question->call, node);
+	question->call.parse_reply = parse_slot_ranges;
+	redis_call_arg(&question->call, "CLUSTER", 7);
+	redis_call_arg(&question->call, "SLOTS", 5);
 	return true;
 }
 
 /*
- * Ask for the slot map, trying the nodes in turn.  When no node answers,
- * the one that got furthest is asked again to report why, at elevel, and
- * the map stays stale: the calls go where it says, and the next set of
- * calls asks again (not each call of this set).
+ * A node's answer: the slot map, made conn's; or a refusal (an ACL without
+ * cluster|slots, say), reported at the question's level
  */
 static void
-refresh_slot_map(RedisConn *conn, RedisDeadline deadline, int elevel)
+cluster_take_answer(RedisConn *conn, RedisQuestion *question)
 {
-	RedisNode **nodes;
-	int			nnodes = redis_conn_nodes_to_ask(conn, false, &nodes);
-	RedisNode  *reached = conn->nodes[0];
-	int			i;
+	SlotMapAsking *asking = question->state;
+	RedisCall  *call = &question->call;
 
-	for (i = 0; i < nnodes; i++)
+	if (call->reply_type == REDIS_REPLY_ERROR)
+		redis_unexpected_reply(call, "CLUSTER SLOTS", question->elevel);
+	if (call->reply_type == REDIS_REPLY_ARRAY && call->origin != NIL)
 	{
-		if (ask_slot_map(conn, nodes[i], deadline, DEBUG1))
-			return;
-		if (node_is_connected(nodes[i]) || nodes[i]->connect_error == NULL)
-			reached = nodes[i];
+		apply_slot_ranges(conn, (List *) call->origin);
+		question->known = true;
 	}
-	if (ask_slot_map(conn, reached, deadline, elevel))
-		return;
-	conn->map_stale = true;
-	ereport(elevel,
-			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-			 errmsg("no node of Redis Cluster server \"%s\" gave its slot map",
-					conn->servername),
-			 errhint("Check the \"cluster\" option of the foreign server.")));
-}
-
-/* Ask for the slot map when it is not known or may have changed */
-static void
-cluster_refresh(RedisConn *conn, RedisDeadline deadline, int elevel)
-{
-	if (conn->map_stale)
-		refresh_slot_map(conn, deadline, elevel);
+	else if (node_is_connected(call->node) || call->node->connect_error == NULL)
+		asking->reached = call->node;
 }
 
 /*
@@ -279,10 +302,7 @@ cluster_lost_node(RedisConn *conn)
 	conn->map_stale = true;
 }
 
-/*
- * The masters that serve slots, asking for the slot map first if need be.
- * Returns their number.
- */
+/* The masters that serve slots, as the map says.  Returns their number. */
 static int
 cluster_masters(RedisConn *conn, RedisNode ***masters)
 {
@@ -290,8 +310,6 @@ cluster_masters(RedisConn *conn, RedisNode ***masters)
 	int			n = 0;
 	int			slot;
 
-	if (conn->map_stale)
-		refresh_slot_map(conn, redis_command_deadline(), ERROR);
 	seen = palloc0(sizeof(bool) * conn->nnodes);
 	*masters = palloc(sizeof(RedisNode *) * conn->nnodes);
 	for (slot = 0; slot < REDIS_CLUSTER_SLOTS; slot++)
@@ -343,7 +361,9 @@ cluster_node_slots(RedisConn *conn, int nodeindex)
 
 const RedisTopology cluster_topology = {
 	.init = cluster_init,
-	.refresh = cluster_refresh,
+	.must_ask = cluster_must_ask,
+	.next_question = cluster_next_question,
+	.take_answer = cluster_take_answer,
 	.node_for_key = cluster_node_for_key,
 	.follow_redirect = cluster_follow_redirect,
 	.lost_node = cluster_lost_node,

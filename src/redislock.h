@@ -284,6 +284,7 @@ extern void redis_report_replicas(const RedisCall *wait, const char *key,
 								  const char *undone) pg_attribute_noreturn();
 extern RedisDeadline redis_command_deadline(void);
 extern void redis_connect(RedisConn *conn, const char *key, int keylen);
+extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
 extern void redis_run(RedisCall *calls, int ncalls);
 extern bool redis_run_until(RedisCall *calls, int ncalls,
 							RedisDeadline deadline, int elevel);
@@ -299,18 +300,38 @@ extern int	redis_error_hint(const RedisCall *call);
 extern void redis_call_take_reply(RedisCall *call, struct redisReply *reply);
 
 /*
+ * A question that a topology asks its nodes to learn where calls go (a
+ * slot map, a master), and that the batch runs for it: the call, the level
+ * its failure is reported at, and the topology's place in its questions.
+ */
+typedef struct RedisQuestion
+{
+	RedisCall	call;
+	int			elevel;
+	int			asked;			/* questions asked so far */
+	void	   *state;			/* the topology's own */
+	bool		known;			/* answered: ask no more */
+} RedisQuestion;
+
+/*
  * A kind of server: one Redis, Sentinel, Cluster or Redlock.  Its table
  * holds what batch.c and the SQL functions need to know of it, so that
  * they never test the kind; an operation left NULL does nothing, and a
- * single server leaves most of them NULL (topology.c).
+ * single server leaves most of them NULL (topology.c).  No operation runs
+ * calls itself: what a topology must ask its nodes, it asks through
+ * next_question and take_answer, and the batch runs the questions.
  */
 typedef struct RedisTopology
 {
 	/* make the nodes that the options name: the one, seeds, Sentinels... */
 	void		(*init) (RedisConn *conn, const RedisServerOptions *opts);
-	/* ask where calls go, if that may have changed since last asked */
-	void		(*refresh) (RedisConn *conn, RedisDeadline deadline,
-							int elevel);
+	/* must it ask where calls go (not known, or may have changed)? */
+	bool		(*must_ask) (const RedisConn *conn);
+	/* the next question, false when none is left (reported at elevel) */
+	bool		(*next_question) (RedisConn *conn, RedisQuestion *question,
+								  int elevel);
+	/* learn from the answer; question->known once where calls go is */
+	void		(*take_answer) (RedisConn *conn, RedisQuestion *question);
 	/* the node that serves key; *slot keeps its hash slot, -1 until known */
 	RedisNode  *(*node_for_key) (RedisConn *conn, const char *key,
 								 size_t len, int *slot);
@@ -318,7 +339,7 @@ typedef struct RedisTopology
 	bool		(*follow_redirect) (RedisCall *call);
 	/* a node failed or said it cannot serve: ask again before next use */
 	void		(*lost_node) (RedisConn *conn);
-	/* the masters, each once, asking where they are first if need be */
+	/* the masters, each once, as last known */
 	int			(*masters) (RedisConn *conn, RedisNode ***masters);
 	/* the slots a node serves, as text, or NULL */
 	char	   *(*node_slots) (RedisConn *conn, int nodeindex);
@@ -352,12 +373,9 @@ extern const RedisTopology redlock_topology;
 /* Routing calls through their server's topology (topology.c) */
 extern void redis_conn_init_topology(RedisConn *conn,
 									 const RedisServerOptions *opts);
-extern void redis_route_calls(RedisCall **calls, int ncalls,
-							  RedisDeadline deadline, int elevel,
-							  bool may_ask);
+extern void redis_route_calls(RedisCall **calls, int ncalls);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
-extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
 extern void redis_conn_lost_node(RedisConn *conn);
 extern bool redis_conn_decides_by_quorum(const RedisConn *conn);
 extern int	redis_conn_drift_ms(const RedisConn *conn, int ttl_ms);

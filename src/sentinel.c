@@ -38,106 +38,142 @@ sentinel_init(RedisConn *conn, const RedisServerOptions *opts)
 
 /* Is the master found through the Sentinels due for another look? */
 static bool
-master_is_stale(const RedisConn *conn)
+sentinel_must_ask(const RedisConn *conn)
 {
 	return conn->map_stale || conn->master_index < 0 ||
 		TimestampDifferenceExceeds(conn->master_checked_at,
 								   GetCurrentTimestamp(), MASTER_RECHECK_MS);
 }
 
-/*
- * The address of the master that a Sentinel names, as the index of its
- * node; -1 when the Sentinel cannot be reached, does not know the master
- * or refuses to say (an ACL, say).  A refusal is kept in *refusal for the
- * report made when no Sentinel names a master: the next Sentinel may
- * answer, and a transaction end may not raise an ERROR.
- */
-static int
-master_named_by(RedisConn *conn, RedisNode *sentinel, RedisDeadline deadline,
-				char **refusal)
+/* What a Sentinel server asks, and of whom */
+typedef struct MasterAsking
 {
-	RedisCall	call;
-	int			port;
+	RedisNode **sentinels;		/* connected ones first */
+	int			nsentinels;
+	int			next;			/* the next Sentinel to ask */
+	int			candidate;		/* a new master named, to confirm; or -1 */
+	char	   *refusal;		/* the last Sentinel's refusal, if any */
+} MasterAsking;
 
-	redis_call_init(&call, conn, NULL);
-	redis_call_on_node(&call, sentinel);
-	redis_call_arg(&call, "SENTINEL", 8);
-	redis_call_arg(&call, "get-master-addr-by-name", 23);
-	redis_call_arg(&call, conn->sentinel_master, strlen(conn->sentinel_master));
-	(void) redis_run_until(&call, 1, deadline, DEBUG1);
-	if (call.reply_type == REDIS_REPLY_ERROR)
-		*refusal = psprintf("Sentinel at %s answered: %s",
-							sentinel->endpoint, call.str);
-	if (call.reply_type != REDIS_REPLY_ARRAY || call.nelements != 2 ||
-		call.elements[0] == NULL || call.elements[1] == NULL)
-		return -1;
-	port = atoi(call.elements[1]);
-	if (port < 1 || port > 65535)
-		return -1;
-	return redis_conn_node_index(conn, call.elements[0], port);
-}
-
-/* Does the node say, with ROLE, that it is a master? */
-static bool
-confirmed_master(RedisConn *conn, RedisNode *node, RedisDeadline deadline)
-{
-	RedisCall	call;
-
-	redis_call_init(&call, conn, NULL);
-	redis_call_on_node(&call, node);
-	redis_call_arg(&call, "ROLE", 4);
-	(void) redis_run_until(&call, 1, deadline, DEBUG1);
-	return call.reply_type == REDIS_REPLY_ARRAY && call.nelements > 0 &&
-		call.elements[0] != NULL && strcmp(call.elements[0], "master") == 0;
-}
-
-/*
- * Look for the master through the Sentinels.  A master that did not change
- * needs no confirmation; a new one does.  When no Sentinel names a master
- * that confirms, the calls keep going where they went (they fail there if
- * that master is gone) and the failure is reported at elevel.
- */
+/* Make the node the master: calls go there from now on */
 static void
-find_master(RedisConn *conn, RedisDeadline deadline, int elevel)
+take_master(RedisConn *conn, int master)
 {
-	RedisNode **sentinels;
-	int			nsentinels = redis_conn_nodes_to_ask(conn, true, &sentinels);
-	char	   *refusal = NULL;
-	int			i;
-
+	if (conn->master_index >= 0 && conn->master_index != master)
+		conn->nodes[conn->master_index]->role = "unknown";
+	conn->master_index = master;
+	conn->nodes[master]->role = "master";
+	conn->master_checked_at = GetCurrentTimestamp();
 	conn->map_stale = false;
-	for (i = 0; i < nsentinels; i++)
-	{
-		int			master = master_named_by(conn, sentinels[i], deadline,
-											 &refusal);
+}
 
-		if (master < 0)
-			continue;
-		if (master != conn->master_index &&
-			!confirmed_master(conn, conn->nodes[master], deadline))
-			continue;
-		if (conn->master_index >= 0 && conn->master_index != master)
-			conn->nodes[conn->master_index]->role = "unknown";
-		conn->master_index = master;
-		conn->nodes[master]->role = "master";
-		conn->master_checked_at = GetCurrentTimestamp();
-		return;
+/*
+ * Look for the master through the Sentinels in turn, connected ones first
+ * (SENTINEL get-master-addr-by-name); a new master is confirmed with ROLE
+ * before calls go to it, one that did not change needs no confirmation.
+ * Failures are kept quiet (DEBUG1).  When no Sentinel names a master that
+ * confirms, the calls keep going where they went (they fail there if that
+ * master is gone), the master stays due for another look, and the failure
+ * is reported at elevel, with the last Sentinel's refusal if one refused:
+ * the next Sentinel may answer, and a transaction end may not raise an
+ * ERROR.
+ */
+static bool
+sentinel_next_question(RedisConn *conn, RedisQuestion *question, int elevel)
+{
+	MasterAsking *asking = question->state;
+	RedisCall  *call = &question->call;
+
+	if (question->known)
+		return false;
+	if (asking == NULL)
+	{
+		asking = palloc0(sizeof(MasterAsking));
+		asking->nsentinels = redis_conn_nodes_to_ask(conn, true,
+													 &asking->sentinels);
+		asking->candidate = -1;
+		question->state = asking;
+	}
+	question->elevel = DEBUG1;
+	question->asked++;
+	redis_call_init(call, conn, NULL);
+	if (asking->candidate >= 0)
+	{
+		redis_call_on_node(call, conn->nodes[asking->candidate]);
+		redis_call_arg(call, "ROLE", 4);
+		return true;
+	}
+	if (asking->next < asking->nsentinels)
+	{
+		redis_call_on_node(call, asking->sentinels[asking->next++]);
+		redis_call_arg(call, "SENTINEL", 8);
+		redis_call_arg(call, "get-master-addr-by-name", 23);
+		redis_call_arg(call, conn->sentinel_master,
+					   strlen(conn->sentinel_master));
+		return true;
 	}
 	conn->map_stale = true;
 	ereport(elevel,
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 			 errmsg("no Sentinel of server \"%s\" named a reachable master \"%s\"",
 					conn->servername, conn->sentinel_master),
-			 refusal ? errdetail_internal("%s", refusal) : 0,
+			 asking->refusal ? errdetail_internal("%s", asking->refusal) : 0,
 			 errhint("Check the \"sentinel\" and \"sentinel_master\" options of the foreign server and the Sentinels' credentials in the user mapping.")));
+	return false;
 }
 
-/* Look for the master when it is due for another look */
-static void
-sentinel_refresh(RedisConn *conn, RedisDeadline deadline, int elevel)
+/*
+ * The index of the master's node in a Sentinel's answer, -1 when it names
+ * none
+ */
+static int
+master_named(RedisConn *conn, const RedisCall *call)
 {
-	if (master_is_stale(conn))
-		find_master(conn, deadline, elevel);
+	int			port;
+
+	if (call->reply_type != REDIS_REPLY_ARRAY || call->nelements != 2 ||
+		call->elements[0] == NULL || call->elements[1] == NULL)
+		return -1;
+	port = atoi(call->elements[1]);
+	if (port < 1 || port > 65535)
+		return -1;
+	return redis_conn_node_index(conn, call->elements[0], port);
+}
+
+/*
+ * A Sentinel's answer, or a new master's to ROLE.  A Sentinel's refusal
+ * (an ACL, say) is kept for the report.
+ */
+static void
+sentinel_take_answer(RedisConn *conn, RedisQuestion *question)
+{
+	MasterAsking *asking = question->state;
+	RedisCall  *call = &question->call;
+	int			master;
+
+	if (asking->candidate >= 0)
+	{
+		if (call->reply_type == REDIS_REPLY_ARRAY && call->nelements > 0 &&
+			call->elements[0] != NULL &&
+			strcmp(call->elements[0], "master") == 0)
+		{
+			take_master(conn, asking->candidate);
+			question->known = true;
+		}
+		asking->candidate = -1;
+		return;
+	}
+	if (call->reply_type == REDIS_REPLY_ERROR)
+		asking->refusal = psprintf("Sentinel at %s answered: %s",
+								   call->node->endpoint, call->str);
+	master = master_named(conn, call);
+	if (master >= 0 && master == conn->master_index)
+	{
+		take_master(conn, master);
+		question->known = true;
+	}
+	else
+		asking->candidate = master;
 }
 
 /*
@@ -158,18 +194,19 @@ sentinel_lost_node(RedisConn *conn)
 	conn->map_stale = true;
 }
 
-/* The master, looked for first if due */
+/* The master, as last named */
 static int
 sentinel_masters(RedisConn *conn, RedisNode ***masters)
 {
-	sentinel_refresh(conn, redis_command_deadline(), ERROR);
 	*masters = &conn->nodes[conn->master_index];
 	return 1;
 }
 
 const RedisTopology sentinel_topology = {
 	.init = sentinel_init,
-	.refresh = sentinel_refresh,
+	.must_ask = sentinel_must_ask,
+	.next_question = sentinel_next_question,
+	.take_answer = sentinel_take_answer,
 	.node_for_key = sentinel_node_for_key,
 	.lost_node = sentinel_lost_node,
 	.masters = sentinel_masters,

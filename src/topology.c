@@ -8,7 +8,9 @@
  * server's here, a Redis Cluster's in cluster.c, a Sentinel server's in
  * sentinel.c and a Redlock server's in redlock.c.  What the batch and the
  * SQL functions need of a server goes through this file or the table, so
- * that no other file tests the kind.
+ * that no other file tests the kind.  Nothing here runs calls: routing
+ * uses what the topology knows, and what it must ask its nodes the batch
+ * asks for it.
  *
  *-------------------------------------------------------------------------
  */
@@ -93,30 +95,14 @@ node_for_key(RedisConn *conn, const char *key, size_t len, int *slot)
 }
 
 /*
- * Choose the node of every call that has none.  With may_ask, where calls
- * go (a cluster's slot map, a Sentinel server's master) is asked for first
- * when it is not known or may have changed; once per server and call of
- * this function.
+ * Choose the node of every call that has none, from what its server's
+ * topology knows now (the batch asks the nodes first when it must).
  */
 void
-redis_route_calls(RedisCall **calls, int ncalls, RedisDeadline deadline,
-				  int elevel, bool may_ask)
+redis_route_calls(RedisCall **calls, int ncalls)
 {
-	static uint64 last_round = 0;
-	/* asking runs calls of its own, which route with rounds of their own */
-	uint64		round = ++last_round;
 	int			i;
 
-	for (i = 0; may_ask && i < ncalls; i++)
-	{
-		RedisConn  *conn = calls[i]->conn;
-
-		if (calls[i]->node != NULL || conn->routed_round == round ||
-			conn->topology->refresh == NULL)
-			continue;
-		conn->routed_round = round;
-		conn->topology->refresh(conn, deadline, elevel);
-	}
 	for (i = 0; i < ncalls; i++)
 	{
 		RedisCall  *call = calls[i];
@@ -141,16 +127,6 @@ redis_key_endpoint(RedisConn *conn, const char *key, int keylen)
 	int			slot = -1;
 
 	return node_for_key(conn, key, keylen, &slot)->endpoint;
-}
-
-/*
- * The masters of a server, asking where they are first if need be.
- * Returns their number.
- */
-int
-redis_conn_masters(RedisConn *conn, RedisNode ***masters)
-{
-	return conn->topology->masters(conn, masters);
 }
 
 /* A node failed or said it cannot serve: where calls go may have changed */
