@@ -84,25 +84,10 @@ typedef struct NodeRun
 	bool		close_after;	/* Redis said it cannot serve */
 } NodeRun;
 
-/*
- * The transaction end in progress, if any, and its deadline, which the
- * ends that continue it share (xact.c says which do).  A SQL function that
- * talks to Redis closes it.
- */
-static struct
-{
-	bool		active;
-	uint64		id;
-	RedisDeadline deadline;
-} current_end;
-
 static void report_failure(const NodeRun *run, RedisDeadline deadline,
 						   int elevel);
 static const char *failure_reason(const NodeRun *run, RedisDeadline deadline,
 								  int *sqlstate);
-static void drop_reply(RedisNode *node, redisReply *reply);
-static void send_queued_cleanup(RedisNode *node);
-static void send_cleanup(RedisCall *call);
 
 static void
 fail_run(NodeRun *run, RunFailure failure, int saved_errno)
@@ -164,7 +149,7 @@ take_replies(NodeRun *run)
 		if (node->deferred > 0)
 		{
 			node->deferred--;
-			drop_reply(node, reply);
+			redis_drop_reply(node, reply);
 			continue;
 		}
 		node->awaiting--;
@@ -479,7 +464,7 @@ drop_arrived_replies(RedisNode *node)
 		if (reply == NULL)
 			return;
 		node->stalled = false;
-		drop_reply(node, reply);
+		redis_drop_reply(node, reply);
 	}
 }
 
@@ -513,6 +498,7 @@ prepare_node(NodeRun *run, RedisDeadline *deadline, int elevel)
 	connect_deadline.ms = redislock_connect_timeout;
 	connect_deadline.lock_timeout = false;
 	connect_deadline.from_first_byte = false;
+	connect_deadline.end_id = deadline->end_id;
 	connect_deadline.at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													  redislock_connect_timeout);
 	if (!deadline->from_first_byte && deadline->at < connect_deadline.at)
@@ -529,7 +515,7 @@ prepare_node(NodeRun *run, RedisDeadline *deadline, int elevel)
 		fail_run(run, RUN_NOT_ACCEPTED, 0);
 		return false;
 	}
-	send_queued_cleanup(node);
+	redis_send_queued_cleanup(node);
 	node->checked = true;
 	if (deadline->from_first_byte)
 		deadline->at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -785,11 +771,8 @@ conclude_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
 		if (run->failure == RUN_OK || run->failure == RUN_REROUTED ||
 			run->failure == RUN_MOOT)
 			continue;
-		if (elevel < ERROR && current_end.active &&
-			run->failure != RUN_NOT_WAITED)
-			run->node->failed_end = current_end.id;
-		if (run->failure == RUN_GIVEN_UP)
-			current_end.deadline.at = 0;
+		if (deadline.end_id != 0 && run->failure != RUN_NOT_WAITED)
+			run->node->failed_end = deadline.end_id;
 		if (redis_conn_decides_by_quorum(run->node->conn))
 		{
 			note_quorum_failure(run, deadline);
@@ -845,14 +828,6 @@ group_calls(RedisCall **calls, int ncalls, int *nruns_out)
 	return runs;
 }
 
-/* Send a call where its MOVED or ASK reply says, if its server has those */
-static bool
-follow_redirect(RedisCall *call)
-{
-	return call->conn->topology->follow_redirect != NULL &&
-		call->conn->topology->follow_redirect(call);
-}
-
 /* A new round starts: the copies sent again count as outstanding again */
 static void
 start_round(RedisCall **pending, int npending)
@@ -887,12 +862,12 @@ owes_overdue_reply(const RedisNode *node)
  * sent: Redis runs them after the calls it has not answered yet.
  */
 static void
-send_unwaited(NodeRun *run)
+send_unwaited(NodeRun *run, uint64 end_id)
 {
 	int			i;
 
 	for (i = 0; i < run->nwanted; i++)
-		send_cleanup(run->wanted[i]);
+		redis_send_cleanup(run->wanted[i], end_id);
 	fail_run(run, RUN_NOT_WAITED, 0);
 }
 
@@ -907,13 +882,13 @@ start_runs(NodeRun *runs, int nruns, RedisDeadline *deadline, int elevel)
 
 	for (i = 0; i < nruns; i++)
 	{
-		if (elevel < ERROR && current_end.active &&
-			runs[i].node->failed_end == current_end.id)
+		if (deadline->end_id != 0 &&
+			runs[i].node->failed_end == deadline->end_id)
 			fail_run(&runs[i], RUN_SKIPPED, 0);
 		else if (!prepare_node(&runs[i], deadline, elevel))
 			continue;
 		else if (elevel < ERROR && owes_overdue_reply(runs[i].node))
-			send_unwaited(&runs[i]);
+			send_unwaited(&runs[i], deadline->end_id);
 		else
 			send_run(&runs[i]);
 	}
@@ -922,8 +897,8 @@ start_runs(NodeRun *runs, int nruns, RedisDeadline *deadline, int elevel)
 /*
  * A cluster node or Sentinel-named master that cannot be reached may have
  * been replaced: nothing was sent to it, so its calls are routed again once
- * the slot map or master has been asked for afresh.  That is done once per set of calls; *rerouted says
- * whether it was.
+ * the slot map or master has been asked for afresh.  That is done once per
+ * set of calls; *rerouted says whether it was.
  */
 static void
 reroute_unreachable(NodeRun *runs, int nruns, bool *rerouted)
@@ -1034,7 +1009,7 @@ send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 		call->load_script = true;
 		return true;
 	}
-	if (follow_redirect(call))
+	if (redis_follow_redirect(call))
 		return true;
 	if (redis_reply_is_error(call, "READONLY") &&
 		call->conn->topology->nodes_replaced && !call->node_given)
@@ -1140,8 +1115,6 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 
 	if (ncalls == 0)
 		return true;
-	if (elevel >= ERROR)
-		current_end.active = false;
 	pending = redis_expand_calls(calls, ncalls, &npending);
 	for (i = 0; i < npending; i++)
 	{
@@ -1194,6 +1167,7 @@ redis_command_deadline(void)
 											  redislock_command_timeout);
 	deadline.lock_timeout = false;
 	deadline.from_first_byte = true;
+	deadline.end_id = 0;
 	return deadline;
 }
 
@@ -1202,205 +1176,4 @@ void
 redis_run(RedisCall *calls, int ncalls)
 {
 	(void) redis_run_until(calls, ncalls, redis_command_deadline(), ERROR);
-}
-
-/*
- * The deadline of a transaction end: that of the end under way when this
- * one continues it, else a new one from now, command_timeout capped by the
- * administrator's end_timeout_limit.
- */
-RedisDeadline
-redis_end_deadline(bool continues)
-{
-	if (!continues || !current_end.active)
-	{
-		int			ms = Min(redislock_command_timeout,
-							 redislock_end_timeout_limit);
-
-		current_end.active = true;
-		current_end.id++;
-		current_end.deadline.ms = ms;
-		current_end.deadline.lock_timeout = false;
-		current_end.deadline.at =
-			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
-	}
-	return current_end.deadline;
-}
-
-/* The top-level transaction has ended: the next end starts afresh */
-void
-redis_end_finish(void)
-{
-	current_end.active = false;
-}
-
-/*
- * Clean-up sent after commit to a cluster node, kept until its reply comes:
- * a slot that moved, or is moving, answers MOVED or ASK, and the clean-up
- * is then sent where that says.
- */
-typedef struct RedirectableCall
-{
-	uint64		seq;			/* its number among the node's commands */
-	RedisCall	call;			/* argv copied in the same allocation */
-} RedirectableCall;
-
-/* A copy of call, with its arguments, in TopMemoryContext */
-static RedirectableCall *
-copy_cleanup(const RedisCall *call)
-{
-	Size		size = sizeof(RedirectableCall);
-	RedirectableCall *kept;
-	char	   *strings;
-	int			i;
-
-	for (i = 0; i < call->argc; i++)
-		size += call->argvlen[i];
-	kept = MemoryContextAlloc(TopMemoryContext, size);
-	kept->seq = 0;
-	kept->call = *call;
-	kept->call.reply_type = 0;	/* any reply it had is not kept */
-	kept->call.str = NULL;
-	strings = (char *) (kept + 1);
-	for (i = 0; i < call->argc; i++)
-	{
-		memcpy(strings, call->argv[i], call->argvlen[i]);
-		kept->call.argv[i] = strings;
-		strings += call->argvlen[i];
-	}
-	return kept;
-}
-
-/* Append kept to a list kept in TopMemoryContext */
-static List *
-lappend_kept(List *list, RedirectableCall *kept)
-{
-	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
-
-	list = lappend(list, kept);
-	MemoryContextSwitchTo(oldcxt);
-	return list;
-}
-
-/*
- * Send a call whose reply nobody waits for.  Clean-up for a node that is
- * not connected is kept and sent first thing once it is (Redis runs it
- * before anything that this backend sends after it), so that a release
- * "on every master, answered or not" also reaches a master whose
- * connection closed.  Clean-up for a node that failed during this end is
- * dropped: what it would clean up is found again later, or ends with its
- * lease.
- */
-static void
-send_cleanup(RedisCall *call)
-{
-	RedisNode  *node = call->node;
-
-	/* a Sentinel server whose master is not known yet */
-	if (node->is_sentinel ||
-		(current_end.active && node->failed_end == current_end.id))
-		return;
-	if (!node_is_connected(node))
-	{
-		node->queued_cleanup = lappend_kept(node->queued_cleanup,
-											copy_cleanup(call));
-		return;
-	}
-	if (call->asking)
-	{
-		RedisCall	asking;
-
-		redis_call_init(&asking, call->conn, NULL);
-		redis_call_arg(&asking, "ASKING", 6);
-		resp_append_call(&node->out, &asking);
-		node->awaiting++;
-		node->sent++;
-	}
-	resp_append_call(&node->out, call);
-	node->awaiting++;
-	node->sent++;
-	if (call->conn->topology->follow_redirect != NULL)
-	{
-		RedirectableCall *kept = copy_cleanup(call);
-
-		kept->seq = node->sent - 1;
-		node->redirectable = lappend_kept(node->redirectable, kept);
-	}
-
-	/* a broken connection is found, and closed, by the node's next run */
-	(void) node_flush(node);
-}
-
-/* Send the clean-up kept for node while it was not connected */
-static void
-send_queued_cleanup(RedisNode *node)
-{
-	while (node->queued_cleanup != NIL && node_is_connected(node))
-	{
-		RedirectableCall *kept = linitial(node->queued_cleanup);
-
-		node->queued_cleanup = list_delete_first(node->queued_cleanup);
-		send_cleanup(&kept->call);
-		pfree(kept);
-	}
-}
-
-/*
- * Drop a reply that nobody waits for.  If it redirects clean-up sent after
- * commit, the clean-up goes where the redirection says.
- */
-static void
-drop_reply(RedisNode *node, redisReply *reply)
-{
-	uint64		seq = node->sent - node->awaiting;
-	RedirectableCall *kept = NULL;
-
-	node->awaiting--;
-	while (node->redirectable != NIL)
-	{
-		kept = linitial(node->redirectable);
-		if (kept->seq > seq)
-		{
-			kept = NULL;
-			break;
-		}
-		node->redirectable = list_delete_first(node->redirectable);
-		if (kept->seq == seq)
-			break;
-		pfree(kept);			/* its reply went by unseen */
-		kept = NULL;
-	}
-	if (kept != NULL && reply->type == REDIS_REPLY_ERROR)
-	{
-		kept->call.reply_type = reply->type;
-		kept->call.str = pnstrdup(reply->str, reply->len);
-		kept->call.len = reply->len;
-		if (follow_redirect(&kept->call) && kept->call.node != node)
-			send_cleanup(&kept->call);
-	}
-	if (kept != NULL)
-		pfree(kept);
-	freeReplyObject(reply);
-}
-
-/*
- * Send calls whose replies nobody waits for (clean-up after commit): they
- * cost no round trip now, and their replies are dropped when the node is
- * next used.  Calls go where the server's last known map or master says,
- * without asking; those a cluster redirects are sent again when the
- * redirection is read.
- */
-void
-redis_send_deferred(RedisCall *calls, int ncalls)
-{
-	int			npending;
-	RedisCall **pending = redis_expand_calls(calls, ncalls, &npending);
-	int			i;
-
-	redis_route_calls(pending, npending);
-	for (i = 0; i < npending; i++)
-		send_cleanup(pending[i]);
-	for (i = 0; i < ncalls; i++)
-		calls[i].quorum = NULL;
-	pfree(pending);
 }

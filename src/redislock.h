@@ -12,6 +12,7 @@
  *		connection.c		the connection cache: foreign server and user
  *		option.c			the options of servers and user mappings
  *		batch.c				running a set of calls over several nodes
+ *		cleanup.c			calls nobody waits for: clean-up after commit
  *		topology.c			routing calls through their server's topology,
  *							and a single server's
  *		cluster.c			a Redis Cluster: the master of a key's slot
@@ -263,7 +264,8 @@ extern void resp_append_script_load(StringInfo buf, const RedisScript *script);
  * counts from the first byte sent (command_timeout), so that connecting,
  * which has connect_timeout of its own, starts it again.  A lock_timeout
  * and the bound of a transaction end cover everything, connecting
- * included.
+ * included.  The calls of a transaction end carry its number, so that a
+ * node that failed in it is left alone for the rest of it.
  */
 typedef struct RedisDeadline
 {
@@ -271,6 +273,7 @@ typedef struct RedisDeadline
 	int			ms;
 	bool		lock_timeout;
 	bool		from_first_byte;
+	uint64		end_id;			/* the transaction end's, 0 for none */
 } RedisDeadline;
 
 extern void redis_call_init(RedisCall *call, RedisConn *conn,
@@ -288,9 +291,13 @@ extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
 extern void redis_run(RedisCall *calls, int ncalls);
 extern bool redis_run_until(RedisCall *calls, int ncalls,
 							RedisDeadline deadline, int elevel);
-extern RedisDeadline redis_end_deadline(bool continues);
-extern void redis_end_finish(void);
+
+/* Calls whose replies nobody waits for (cleanup.c) */
 extern void redis_send_deferred(RedisCall *calls, int ncalls);
+extern void redis_send_cleanup(RedisCall *call, uint64 end_id);
+extern void redis_send_queued_cleanup(RedisNode *node);
+extern void redis_drop_reply(RedisNode *node, struct redisReply *reply);
+
 extern void redis_unexpected_reply(const RedisCall *call, const char *key,
 								   int elevel);
 extern bool redis_reply_is_error(const RedisCall *call, const char *code);
@@ -377,6 +384,7 @@ extern void redis_route_calls(RedisCall **calls, int ncalls);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
 extern void redis_conn_lost_node(RedisConn *conn);
+extern bool redis_follow_redirect(RedisCall *call);
 extern bool redis_conn_decides_by_quorum(const RedisConn *conn);
 extern int	redis_conn_drift_ms(const RedisConn *conn, int ttl_ms);
 extern RedisCall **redis_expand_calls(RedisCall *calls, int ncalls,

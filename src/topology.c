@@ -129,6 +129,14 @@ redis_key_endpoint(RedisConn *conn, const char *key, int keylen)
 	return node_for_key(conn, key, keylen, &slot)->endpoint;
 }
 
+/* Send a call where its MOVED or ASK reply says, if its server has those */
+bool
+redis_follow_redirect(RedisCall *call)
+{
+	return call->conn->topology->follow_redirect != NULL &&
+		call->conn->topology->follow_redirect(call);
+}
+
 /* A node failed or said it cannot serve: where calls go may have changed */
 void
 redis_conn_lost_node(RedisConn *conn)

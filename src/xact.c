@@ -26,6 +26,13 @@
 /* Scratch memory of transaction-end work, reset after each batch */
 static MemoryContext batch_cxt = NULL;
 
+/*
+ * The deadline of the transaction end under way, which names it too, and
+ * whether that end has one yet: it gets one at its first Redis work
+ */
+static RedisDeadline end_deadline;
+static bool end_has_deadline = false;
+
 /* Which holds and decrements end */
 typedef enum RedisScopeEnd
 {
@@ -57,6 +64,32 @@ end_continues_previous(RedisScopeEnd scope)
 }
 
 /*
+ * The deadline of the end under way: the one it has, else a new one from
+ * now, command_timeout capped by the administrator's end_timeout_limit,
+ * under a new end number.  An end during which the backend was asked to
+ * terminate gives up at once.
+ */
+static RedisDeadline
+deadline_of_end(void)
+{
+	if (end_has_deadline)
+	{
+		if (ProcDiePending)
+			end_deadline.at = GetCurrentTimestamp();
+		return end_deadline;
+	}
+	end_has_deadline = true;
+	end_deadline.ms = Min(redislock_command_timeout,
+						  redislock_end_timeout_limit);
+	end_deadline.at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  end_deadline.ms);
+	end_deadline.lock_timeout = false;
+	end_deadline.from_first_byte = false;
+	end_deadline.end_id++;
+	return end_deadline;
+}
+
+/*
  * End a subtransaction, a transaction or the session: queue the Redis work
  * of the holds and decrements that end (lock releases, give-backs of
  * decrements not committed), run it, then let each call's owner report
@@ -68,9 +101,10 @@ end_scope(RedisScopeEnd scope, bool commit)
 	MemoryContext oldcxt = MemoryContextSwitchTo(batch_cxt);
 	RedisBatch	batch = {0};
 	int			level = GetCurrentTransactionNestLevel();
-	bool		continues = end_continues_previous(scope);
 	int			i;
 
+	if (!end_continues_previous(scope))
+		end_has_deadline = false;
 	switch (scope)
 	{
 		case END_SUBTRANSACTION:
@@ -89,14 +123,11 @@ end_scope(RedisScopeEnd scope, bool commit)
 
 	if (batch.ncalls > 0)
 		(void) redis_run_until(batch.calls, batch.ncalls,
-							   redis_end_deadline(continues), WARNING);
+							   deadline_of_end(), WARNING);
 	for (i = 0; i < batch.ncalls; i++)
 		batch.calls[i].on_reply(&batch.calls[i]);
 	if (scope != END_SUBTRANSACTION)
-	{
 		redis_conns_end_xact();
-		redis_end_finish();
-	}
 
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextReset(batch_cxt);

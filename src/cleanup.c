@@ -1,0 +1,192 @@
+/*-------------------------------------------------------------------------
+ *
+ * cleanup.c
+ *		Calls whose replies nobody waits for: the clean-up after commit, and
+ *		what is kept for a node until it connects again.
+ *
+ * After commit, locks are released and decrement records cleared without
+ * a round trip: the commands are written, and their replies are read and
+ * dropped at the connection's next use.  A cluster may answer such a
+ * command MOVED or ASK, so it is kept until its reply comes, and sent on
+ * where the reply says.  Clean-up for a node that is not connected is kept
+ * and sent first thing once it is.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "utils/memutils.h"
+
+#include "redislock.h"
+
+/*
+ * Clean-up sent after commit to a cluster node, kept until its reply comes:
+ * a slot that moved, or is moving, answers MOVED or ASK, and the clean-up
+ * is then sent where that says.
+ */
+typedef struct RedirectableCall
+{
+	uint64		seq;			/* its number among the node's commands */
+	RedisCall	call;			/* argv copied in the same allocation */
+} RedirectableCall;
+
+/* A copy of call, with its arguments, in TopMemoryContext */
+static RedirectableCall *
+copy_cleanup(const RedisCall *call)
+{
+	Size		size = sizeof(RedirectableCall);
+	RedirectableCall *kept;
+	char	   *strings;
+	int			i;
+
+	for (i = 0; i < call->argc; i++)
+		size += call->argvlen[i];
+	kept = MemoryContextAlloc(TopMemoryContext, size);
+	kept->seq = 0;
+	kept->call = *call;
+	kept->call.reply_type = 0;	/* any reply it had is not kept */
+	kept->call.str = NULL;
+	strings = (char *) (kept + 1);
+	for (i = 0; i < call->argc; i++)
+	{
+		memcpy(strings, call->argv[i], call->argvlen[i]);
+		kept->call.argv[i] = strings;
+		strings += call->argvlen[i];
+	}
+	return kept;
+}
+
+/* Append kept to a list kept in TopMemoryContext */
+static List *
+lappend_kept(List *list, RedirectableCall *kept)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+
+	list = lappend(list, kept);
+	MemoryContextSwitchTo(oldcxt);
+	return list;
+}
+
+/*
+ * Send a call whose reply nobody waits for.  Clean-up for a node that is
+ * not connected is kept and sent first thing once it is (Redis runs it
+ * before anything that this backend sends after it), so that a release
+ * "on every master, answered or not" also reaches a master whose
+ * connection closed.  Clean-up for a node that failed during this end is
+ * dropped: what it would clean up is found again later, or ends with its
+ * lease.
+ */
+void
+redis_send_cleanup(RedisCall *call, uint64 end_id)
+{
+	RedisNode  *node = call->node;
+
+	/* a Sentinel server whose master is not known yet */
+	if (node->is_sentinel || (end_id != 0 && node->failed_end == end_id))
+		return;
+	if (!node_is_connected(node))
+	{
+		node->queued_cleanup = lappend_kept(node->queued_cleanup,
+											copy_cleanup(call));
+		return;
+	}
+	if (call->asking)
+	{
+		RedisCall	asking;
+
+		redis_call_init(&asking, call->conn, NULL);
+		redis_call_arg(&asking, "ASKING", 6);
+		resp_append_call(&node->out, &asking);
+		node->awaiting++;
+		node->sent++;
+	}
+	resp_append_call(&node->out, call);
+	node->awaiting++;
+	node->sent++;
+	if (call->conn->topology->follow_redirect != NULL)
+	{
+		RedirectableCall *kept = copy_cleanup(call);
+
+		kept->seq = node->sent - 1;
+		node->redirectable = lappend_kept(node->redirectable, kept);
+	}
+
+	/* a broken connection is found, and closed, by the node's next run */
+	(void) node_flush(node);
+}
+
+/* Send the clean-up kept for node while it was not connected */
+void
+redis_send_queued_cleanup(RedisNode *node)
+{
+	while (node->queued_cleanup != NIL && node_is_connected(node))
+	{
+		RedirectableCall *kept = linitial(node->queued_cleanup);
+
+		node->queued_cleanup = list_delete_first(node->queued_cleanup);
+		redis_send_cleanup(&kept->call, 0);
+		pfree(kept);
+	}
+}
+
+/*
+ * Drop a reply that nobody waits for.  If it redirects clean-up sent after
+ * commit, the clean-up goes where the redirection says.
+ */
+void
+redis_drop_reply(RedisNode *node, redisReply *reply)
+{
+	uint64		seq = node->sent - node->awaiting;
+	RedirectableCall *kept = NULL;
+
+	node->awaiting--;
+	while (node->redirectable != NIL)
+	{
+		kept = linitial(node->redirectable);
+		if (kept->seq > seq)
+		{
+			kept = NULL;
+			break;
+		}
+		node->redirectable = list_delete_first(node->redirectable);
+		if (kept->seq == seq)
+			break;
+		pfree(kept);			/* its reply went by unseen */
+		kept = NULL;
+	}
+	if (kept != NULL && reply->type == REDIS_REPLY_ERROR)
+	{
+		kept->call.reply_type = reply->type;
+		kept->call.str = pnstrdup(reply->str, reply->len);
+		kept->call.len = reply->len;
+		if (redis_follow_redirect(&kept->call) && kept->call.node != node)
+			redis_send_cleanup(&kept->call, 0);
+	}
+	if (kept != NULL)
+		pfree(kept);
+	freeReplyObject(reply);
+}
+
+/*
+ * Send calls whose replies nobody waits for (clean-up after commit): they
+ * cost no round trip now, and their replies are dropped when the node is
+ * next used.  Calls go where the server's last known map or master says,
+ * without asking; those a cluster redirects are sent again when the
+ * redirection is read.
+ */
+void
+redis_send_deferred(RedisCall *calls, int ncalls)
+{
+	int			npending;
+	RedisCall **pending = redis_expand_calls(calls, ncalls, &npending);
+	int			i;
+
+	redis_route_calls(pending, npending);
+	for (i = 0; i < npending; i++)
+		redis_send_cleanup(pending[i], 0);
+	for (i = 0; i < ncalls; i++)
+		calls[i].quorum = NULL;
+	pfree(pending);
+}
