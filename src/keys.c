@@ -145,6 +145,25 @@ build_slot_tags(void)
 }
 
 /*
+ * The Redis key of a user's key (keylen bytes) under a server's key prefix:
+ * the prefix, then the key, palloc'd and NUL-terminated.  A key that is
+ * the sibling of another is refused before it is used.
+ */
+char *
+redis_key(const char *prefix, const char *key, int keylen, int *rkeylen)
+{
+	int			prefixlen = strlen(prefix);
+	char	   *rkey = palloc(prefixlen + keylen + 1);
+
+	memcpy(rkey, prefix, prefixlen);
+	memcpy(rkey + prefixlen, key, keylen);
+	rkey[prefixlen + keylen] = '\0';
+	redis_check_key_not_reserved(rkey, prefixlen + keylen, prefixlen);
+	*rkeylen = prefixlen + keylen;
+	return rkey;
+}
+
+/*
  * The sibling of kind `kind` of rkey (rkeylen bytes, the first prefixlen
  * of which are the server's key prefix), palloc'd and NUL-terminated.
  */

@@ -636,9 +636,11 @@ static HeldLock *
 lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
 			   char **rkey_out, int *rkeylen_out)
 {
-	RedisConn  *conn;
+	text	   *key = redis_key_arg(fcinfo, 0);
+	RedisConn  *conn = redis_conn_current();
 	int			rkeylen;
-	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+	char	   *rkey = redis_key(conn->key_prefix, VARDATA_ANY(key),
+								 VARSIZE_ANY_EXHDR(key), &rkeylen);
 
 	if (conn_out)
 		*conn_out = conn;

@@ -7,7 +7,7 @@
  * The layers, from the SQL functions down:
  *		lock.c, stock.c		what to do with which keys (the SQL functions)
  *		xact.c				what happens at transaction and backend end
- *		args.c				SQL arguments turned into Redis keys
+ *		args.c				SQL arguments checked
  *		keys.c				key layout: prefix, Cluster slot, sibling keys
  *		connection.c		the connection cache: foreign server and user
  *		option.c			the options of servers and user mappings
@@ -393,11 +393,21 @@ typedef struct RedisBatch
 
 extern RedisCall *redis_batch_add(RedisBatch *batch);
 
+/*
+ * The SQL functions are not STRICT, so that a NULL argument is an error.
+ * Every file with SQL functions checks its arguments with this.
+ */
+static inline void
+require_argument(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+}
+
 /* SQL arguments (args.c) */
-extern char *redis_key_arg(FunctionCallInfo fcinfo, int argno,
-						   RedisConn **conn_out, int *rkeylen);
-extern void require_argument(FunctionCallInfo fcinfo, int argno,
-							 const char *name);
+extern text *redis_key_arg(FunctionCallInfo fcinfo, int argno);
 
 /* The nodes of a server (registry.c) */
 extern bool redis_split_endpoint(char *entry, char **host, int *port);
@@ -409,6 +419,8 @@ extern int	redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels,
 									RedisNode ***nodes);
 
 /* Key layout (keys.c) */
+extern char *redis_key(const char *prefix, const char *key, int keylen,
+					   int *rkeylen);
 extern int	redis_key_slot(const char *key, int len);
 extern char *redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
 							   const char *kind, int *len);

@@ -94,6 +94,22 @@ validated_qty(FunctionCallInfo fcinfo, int argno, bool zero_ok)
 }
 
 /*
+ * The connection of redislock.server, which must be a server that can keep
+ * stock, and the Redis key there of the item named by the first argument
+ */
+static RedisConn *
+stock_key_arg(FunctionCallInfo fcinfo, char **rkey, int *rkeylen)
+{
+	text	   *key = redis_key_arg(fcinfo, 0);
+	RedisConn  *conn = redis_conn_current();
+
+	*rkey = redis_key(conn->key_prefix, VARDATA_ANY(key),
+					  VARSIZE_ANY_EXHDR(key), rkeylen);
+	stock_require_counter_server(conn);
+	return conn;
+}
+
+/*
  * Start a command on the stock key named by the first argument.  *key_out
  * receives the key as the user gave it, for messages.
  */
@@ -101,11 +117,10 @@ static void
 prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
 				   const char *command, const char **key_out)
 {
-	RedisConn  *conn;
+	char	   *rkey;
 	int			rkeylen;
-	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+	RedisConn  *conn = stock_key_arg(fcinfo, &rkey, &rkeylen);
 
-	stock_require_counter_server(conn);
 	redis_call_init(call, conn, NULL);
 	redis_call_arg(call, command, strlen(command));
 	redis_call_arg(call, rkey, rkeylen);
@@ -160,11 +175,10 @@ stock_result(const RedisCall *call, const char *key)
 static RedisConn *
 stock_item_arg(FunctionCallInfo fcinfo, StockKeys *keys)
 {
-	RedisConn  *conn;
+	char	   *rkey;
 	int			rkeylen;
-	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+	RedisConn  *conn = stock_key_arg(fcinfo, &rkey, &rkeylen);
 
-	stock_require_counter_server(conn);
 	stock_keys_init(keys, rkey, rkeylen, strlen(conn->key_prefix));
 	return conn;
 }
@@ -329,13 +343,12 @@ operation_id_start(void)
 static PendingDecrement *
 new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 {
-	RedisConn  *conn;
+	char	   *rkey;
 	int			rkeylen;
-	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+	RedisConn  *conn = stock_key_arg(fcinfo, &rkey, &rkeylen);
 	MemoryContext oldcxt;
 	PendingDecrement *decrement;
 
-	stock_require_counter_server(conn);
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	decrement = palloc0(sizeof(PendingDecrement));
 
