@@ -190,7 +190,8 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen)
 	lock->prefixlen = strlen(conn->key_prefix);
 	oldcxt = MemoryContextSwitchTo(locks_cxt);
 	lock->fence_key = redis_sibling_key(rkey, rkeylen, lock->prefixlen,
-										"fence", &lock->fence_keylen);
+										REDIS_SIBLING_FENCE,
+										&lock->fence_keylen);
 	MemoryContextSwitchTo(oldcxt);
 	lock->session_holds = 0;
 	lock->xact_holds = 0;

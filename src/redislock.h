@@ -418,12 +418,23 @@ extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
 extern int	redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels,
 									RedisNode ***nodes);
 
+/* What the extension keeps beside a key, in a sibling key (keys.c) */
+typedef enum RedisSiblingKind
+{
+	REDIS_SIBLING_FENCE,		/* a lock's fencing token */
+	REDIS_SIBLING_RECORDS,		/* an item's decrement records */
+	REDIS_SIBLING_BUYERS		/* an item's buyers */
+} RedisSiblingKind;
+
 /* Key layout (keys.c) */
 extern char *redis_key(const char *prefix, const char *key, int keylen,
 					   int *rkeylen);
 extern int	redis_key_slot(const char *key, int len);
 extern char *redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
-							   const char *kind, int *len);
+							   RedisSiblingKind kind, int *len);
+extern char *redis_sibling_owner(const char *rkey, int rkeylen, int prefixlen,
+								 RedisSiblingKind kind, int *ownerlen);
+extern char *redis_sibling_pattern(const char *prefix, RedisSiblingKind kind);
 extern void redis_check_key_not_reserved(const char *rkey, int rkeylen,
 										 int prefixlen);
 extern bool redis_prefix_is_valid(const char *prefix);
@@ -447,8 +458,8 @@ typedef struct StockKeys
 	char	   *stock;
 	int			stocklen;
 	int			prefixlen;
-	char	   *ops;
-	int			opslen;
+	char	   *records;
+	int			recordslen;
 	char	   *buyers;
 	int			buyerslen;
 } StockKeys;

@@ -267,7 +267,7 @@ redis_stock_delete(PG_FUNCTION_ARGS)
 	/* key, the user's key, follows the prefix inside the Redis key */
 	prepare_stock_call(fcinfo, &call, "DEL", &key);
 	stock_keys_init(&keys, call.argv[1], call.argvlen[1], key - call.argv[1]);
-	redis_call_arg(&call, keys.ops, keys.opslen);
+	redis_call_arg(&call, keys.records, keys.recordslen);
 	redis_call_arg(&call, keys.buyers, keys.buyerslen);
 	redis_run(&call, 1);
 	PG_RETURN_BOOL(stock_result(&call, key) > 0);
@@ -384,10 +384,11 @@ stock_keys_init(StockKeys *keys, const char *rkey, int rkeylen, int prefixlen)
 	keys->stock = pnstrdup(rkey, rkeylen);
 	keys->stocklen = rkeylen;
 	keys->prefixlen = prefixlen;
-	keys->ops = redis_sibling_key(rkey, rkeylen, prefixlen, "ops",
-								  &keys->opslen);
-	keys->buyers = redis_sibling_key(rkey, rkeylen, prefixlen, "buyers",
-									 &keys->buyerslen);
+	keys->records = redis_sibling_key(rkey, rkeylen, prefixlen,
+									  REDIS_SIBLING_RECORDS,
+									  &keys->recordslen);
+	keys->buyers = redis_sibling_key(rkey, rkeylen, prefixlen,
+									 REDIS_SIBLING_BUYERS, &keys->buyerslen);
 }
 
 /*
@@ -401,7 +402,7 @@ stock_keys_call(RedisCall *call, RedisConn *conn, const StockKeys *keys,
 	redis_call_init(call, conn, script);
 	call->nkeys = 3;
 	redis_call_arg(call, keys->stock, keys->stocklen);
-	redis_call_arg(call, keys->ops, keys->opslen);
+	redis_call_arg(call, keys->records, keys->recordslen);
 	redis_call_arg(call, keys->buyers, keys->buyerslen);
 }
 
@@ -412,7 +413,7 @@ stock_clear_record_call(RedisCall *call, RedisConn *conn,
 {
 	redis_call_init(call, conn, NULL);
 	redis_call_arg(call, "HDEL", 4);
-	redis_call_arg(call, keys->ops, keys->opslen);
+	redis_call_arg(call, keys->records, keys->recordslen);
 	redis_call_arg(call, op_id, strlen(op_id));
 }
 
