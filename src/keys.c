@@ -166,10 +166,11 @@ redis_key(const char *prefix, const char *key, int keylen, int *rkeylen)
 
 /*
  * The sibling of kind `kind` of rkey (rkeylen bytes, the first prefixlen
- * of which are the server's key prefix), palloc'd and NUL-terminated.
+ * of which are the server's key prefix, in hash slot `slot`), palloc'd and
+ * NUL-terminated.
  */
 char *
-redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
+redis_sibling_key(const char *rkey, int rkeylen, int prefixlen, int slot,
 				  RedisSiblingKind kind, int *len)
 {
 	const char *kindname = sibling_kinds[kind].kind;
@@ -179,9 +180,10 @@ redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
 	char	   *sibling;
 	char	   *p;
 
+	Assert(slot == redis_key_slot(rkey, rkeylen));
 	if (slot_tags == NULL)
 		build_slot_tags();
-	taglen = pg_ultoa_n(slot_tags[redis_key_slot(rkey, rkeylen)], tag);
+	taglen = pg_ultoa_n(slot_tags[slot], tag);
 
 	sibling = palloc(rkeylen + taglen + kindlen + 5);
 	p = sibling;
@@ -239,7 +241,8 @@ redis_sibling_owner(const char *rkey, int rkeylen, int prefixlen,
 	memcpy(owner_rkey, rkey, prefixlen);
 	memcpy(owner_rkey + prefixlen, owner, end - owner);
 	owner_rkey[*ownerlen] = '\0';
-	sibling = redis_sibling_key(owner_rkey, *ownerlen, prefixlen, kind,
+	sibling = redis_sibling_key(owner_rkey, *ownerlen, prefixlen,
+								redis_key_slot(owner_rkey, *ownerlen), kind,
 								&siblinglen);
 	same = siblinglen == rkeylen && memcmp(sibling, rkey, rkeylen) == 0;
 	pfree(sibling);

@@ -283,7 +283,8 @@ extern bool redis_replicas_acknowledged(const RedisCall *wait);
 extern void redis_report_replicas(const RedisCall *wait, const char *key,
 								  const char *undone) pg_attribute_noreturn();
 extern RedisDeadline redis_command_deadline(void);
-extern void redis_connect(RedisConn *conn, const char *key, int keylen);
+extern void redis_connect(RedisConn *conn, const char *key, int keylen,
+						  int slot);
 extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
 extern void redis_run(RedisCall *calls, int ncalls);
 extern bool redis_run_until(RedisCall *calls, int ncalls,
@@ -431,7 +432,7 @@ extern char *redis_key(const char *prefix, const char *key, int keylen,
 					   int *rkeylen);
 extern int	redis_key_slot(const char *key, int len);
 extern char *redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
-							   RedisSiblingKind kind, int *len);
+							   int slot, RedisSiblingKind kind, int *len);
 extern char *redis_sibling_owner(const char *rkey, int rkeylen, int prefixlen,
 								 RedisSiblingKind kind, int *ownerlen);
 extern char *redis_sibling_pattern(const char *prefix, RedisSiblingKind kind);
@@ -458,6 +459,7 @@ typedef struct StockKeys
 	char	   *stock;
 	int			stocklen;
 	int			prefixlen;
+	int			slot;			/* their Cluster hash slot */
 	char	   *records;
 	int			recordslen;
 	char	   *buyers;

@@ -111,7 +111,8 @@ stock_key_arg(FunctionCallInfo fcinfo, char **rkey, int *rkeylen)
 
 /*
  * Start a command on the stock key named by the first argument.  *key_out
- * receives the key as the user gave it, for messages.
+ * receives the key as the user gave it, for messages.  Routing computes the
+ * key's slot, if the server needs it.
  */
 static void
 prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
@@ -181,6 +182,15 @@ stock_item_arg(FunctionCallInfo fcinfo, StockKeys *keys)
 
 	stock_keys_init(keys, rkey, rkeylen, strlen(conn->key_prefix));
 	return conn;
+}
+
+/* Start a call on an item's keys, in their slot */
+static void
+stock_call_init(RedisCall *call, RedisConn *conn, const StockKeys *keys,
+				const RedisScript *script)
+{
+	redis_call_init(call, conn, script);
+	call->slot = keys->slot;
 }
 
 /*
@@ -260,17 +270,17 @@ redis_stock_incr(PG_FUNCTION_ARGS)
 Datum
 redis_stock_delete(PG_FUNCTION_ARGS)
 {
-	RedisCall	call;
-	const char *key;
 	StockKeys	keys;
+	RedisConn  *conn = stock_item_arg(fcinfo, &keys);
+	RedisCall	call;
 
-	/* key, the user's key, follows the prefix inside the Redis key */
-	prepare_stock_call(fcinfo, &call, "DEL", &key);
-	stock_keys_init(&keys, call.argv[1], call.argvlen[1], key - call.argv[1]);
+	stock_call_init(&call, conn, &keys, NULL);
+	redis_call_arg(&call, "DEL", 3);
+	redis_call_arg(&call, keys.stock, keys.stocklen);
 	redis_call_arg(&call, keys.records, keys.recordslen);
 	redis_call_arg(&call, keys.buyers, keys.buyerslen);
 	redis_run(&call, 1);
-	PG_RETURN_BOOL(stock_result(&call, key) > 0);
+	PG_RETURN_BOOL(stock_result(&call, keys.stock + keys.prefixlen) > 0);
 }
 
 static const char *
@@ -384,10 +394,11 @@ stock_keys_init(StockKeys *keys, const char *rkey, int rkeylen, int prefixlen)
 	keys->stock = pnstrdup(rkey, rkeylen);
 	keys->stocklen = rkeylen;
 	keys->prefixlen = prefixlen;
-	keys->records = redis_sibling_key(rkey, rkeylen, prefixlen,
+	keys->slot = redis_key_slot(rkey, rkeylen);
+	keys->records = redis_sibling_key(rkey, rkeylen, prefixlen, keys->slot,
 									  REDIS_SIBLING_RECORDS,
 									  &keys->recordslen);
-	keys->buyers = redis_sibling_key(rkey, rkeylen, prefixlen,
+	keys->buyers = redis_sibling_key(rkey, rkeylen, prefixlen, keys->slot,
 									 REDIS_SIBLING_BUYERS, &keys->buyerslen);
 }
 
@@ -399,7 +410,7 @@ void
 stock_keys_call(RedisCall *call, RedisConn *conn, const StockKeys *keys,
 				const RedisScript *script)
 {
-	redis_call_init(call, conn, script);
+	stock_call_init(call, conn, keys, script);
 	call->nkeys = 3;
 	redis_call_arg(call, keys->stock, keys->stocklen);
 	redis_call_arg(call, keys->records, keys->recordslen);
@@ -411,7 +422,7 @@ void
 stock_clear_record_call(RedisCall *call, RedisConn *conn,
 						const StockKeys *keys, const char *op_id)
 {
-	redis_call_init(call, conn, NULL);
+	stock_call_init(call, conn, keys, NULL);
 	redis_call_arg(call, "HDEL", 4);
 	redis_call_arg(call, keys->records, keys->recordslen);
 	redis_call_arg(call, op_id, strlen(op_id));
