@@ -586,9 +586,10 @@ redis_conn_masters(RedisConn *conn, RedisNode ***masters)
  * to clean up, so that a Redis that cannot even be reached is told apart
  * from an unknown outcome.  A cluster node or Sentinel-named master that
  * cannot be reached makes the map or master be asked for again, once.
+ * slot is the key's hash slot, or -1 when not computed yet.
  */
 void
-redis_connect(RedisConn *conn, const char *key, int keylen)
+redis_connect(RedisConn *conn, const char *key, int keylen, int slot)
 {
 	RedisDeadline deadline = redis_command_deadline();
 	RedisCall	call;
@@ -599,6 +600,7 @@ redis_connect(RedisConn *conn, const char *key, int keylen)
 	if (redis_conn_decides_by_quorum(conn))
 		return;
 	redis_call_init(&call, conn, NULL);
+	call.slot = slot;
 	redis_call_arg(&call, "", 0);
 	redis_call_arg(&call, key, keylen);
 	route_calls(&pcall, 1, deadline, ERROR);

@@ -25,6 +25,7 @@
  */
 #include "postgres.h"
 
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -33,8 +34,8 @@
 #define CLUSTER_SLOTS		16384
 
 /*
- * The kinds of sibling keys, and what each keeps, for messages.  Every kind
- * passed to redis_sibling_key() must be here, or users could take its keys.
+ * The name of each kind of sibling key (RedisSiblingKind), and what it
+ * keeps, for messages.  Every kind has its keys refused to users.
  */
 static const struct
 {
@@ -42,9 +43,9 @@ static const struct
 	const char *what;
 }			sibling_kinds[] =
 {
-	{"fence", "fencing token"},
-	{"ops", "decrement records"},
-	{"buyers", "buyers"}
+	[REDIS_SIBLING_FENCE] = {"fence", "fencing token"},
+	[REDIS_SIBLING_RECORDS] = {"ops", "decrement records"},
+	[REDIS_SIBLING_BUYERS] = {"buyers", "buyers"}
 };
 
 /* CRC16 (XMODEM: polynomial 0x1021, no reflection), per table, built once */
@@ -145,22 +146,44 @@ build_slot_tags(void)
 }
 
 /*
- * The sibling of kind `kind` of rkey (rkeylen bytes, the first prefixlen
- * of which are the server's key prefix), palloc'd and NUL-terminated.
+ * The Redis key of a user's key (keylen bytes) under a server's key prefix:
+ * the prefix, then the key, palloc'd and NUL-terminated.  A key that is
+ * the sibling of another is refused before it is used.
  */
 char *
-redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
-				  const char *kind, int *len)
+redis_key(const char *prefix, const char *key, int keylen, int *rkeylen)
 {
-	int			kindlen = strlen(kind);
+	int			prefixlen = strlen(prefix);
+	char	   *rkey = palloc(prefixlen + keylen + 1);
+
+	memcpy(rkey, prefix, prefixlen);
+	memcpy(rkey + prefixlen, key, keylen);
+	rkey[prefixlen + keylen] = '\0';
+	redis_check_key_not_reserved(rkey, prefixlen + keylen, prefixlen);
+	*rkeylen = prefixlen + keylen;
+	return rkey;
+}
+
+/*
+ * The sibling of kind `kind` of rkey (rkeylen bytes, the first prefixlen
+ * of which are the server's key prefix, in hash slot `slot`), palloc'd and
+ * NUL-terminated.
+ */
+char *
+redis_sibling_key(const char *rkey, int rkeylen, int prefixlen, int slot,
+				  RedisSiblingKind kind, int *len)
+{
+	const char *kindname = sibling_kinds[kind].kind;
+	int			kindlen = strlen(kindname);
 	char		tag[12];
 	int			taglen;
 	char	   *sibling;
 	char	   *p;
 
+	Assert(slot == redis_key_slot(rkey, rkeylen));
 	if (slot_tags == NULL)
 		build_slot_tags();
-	taglen = pg_ultoa_n(slot_tags[redis_key_slot(rkey, rkeylen)], tag);
+	taglen = pg_ultoa_n(slot_tags[slot], tag);
 
 	sibling = palloc(rkeylen + taglen + kindlen + 5);
 	p = sibling;
@@ -171,7 +194,7 @@ redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
 	p += taglen;
 	*p++ = '}';
 	*p++ = ':';
-	memcpy(p, kind, kindlen);
+	memcpy(p, kindname, kindlen);
 	p += kindlen;
 	*p++ = ':';
 	memcpy(p, rkey + prefixlen, rkeylen - prefixlen);
@@ -182,18 +205,20 @@ redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
 }
 
 /*
- * Is rkey (rkeylen bytes, the first prefixlen of which are the server's key
- * prefix) the sibling of kind sibling_kinds[kind] of another key?  If so,
- * *owner and *ownerlen receive that key, without the prefix.
+ * If rkey (rkeylen bytes, the first prefixlen of which are the server's key
+ * prefix) is the sibling of kind `kind` of another key, that key, prefix
+ * included, palloc'd and NUL-terminated, its length in *ownerlen; else
+ * NULL.
  */
-static bool
-is_sibling_of_kind(const char *rkey, int rkeylen, int prefixlen, int kind,
-				   const char **owner, int *ownerlen)
+char *
+redis_sibling_owner(const char *rkey, int rkeylen, int prefixlen,
+					RedisSiblingKind kind, int *ownerlen)
 {
 	const char *kindname = sibling_kinds[kind].kind;
 	int			kindlen = strlen(kindname);
 	const char *end = rkey + rkeylen;
 	const char *p = rkey + prefixlen + 1;
+	const char *owner;
 	char	   *owner_rkey;
 	char	   *sibling;
 	int			siblinglen;
@@ -201,26 +226,52 @@ is_sibling_of_kind(const char *rkey, int rkeylen, int prefixlen, int kind,
 
 	/* the shape: {<digits>}:<kind>:<at least one byte> */
 	if (rkeylen - prefixlen < 2 || rkey[prefixlen] != '{')
-		return false;
+		return NULL;
 	while (p < end && isdigit((unsigned char) *p))
 		p++;
 	if (p == rkey + prefixlen + 1 || end - p < kindlen + 4 ||
 		p[0] != '}' || p[1] != ':' || memcmp(p + 2, kindname, kindlen) != 0 ||
 		p[2 + kindlen] != ':')
-		return false;
-	*owner = p + kindlen + 3;
-	*ownerlen = end - *owner;
+		return NULL;
+	owner = p + kindlen + 3;
+	*ownerlen = prefixlen + (end - owner);
 
 	/* and the tag that the key after it has */
-	owner_rkey = palloc(prefixlen + *ownerlen);
+	owner_rkey = palloc(*ownerlen + 1);
 	memcpy(owner_rkey, rkey, prefixlen);
-	memcpy(owner_rkey + prefixlen, *owner, *ownerlen);
-	sibling = redis_sibling_key(owner_rkey, prefixlen + *ownerlen, prefixlen,
-								kindname, &siblinglen);
+	memcpy(owner_rkey + prefixlen, owner, end - owner);
+	owner_rkey[*ownerlen] = '\0';
+	sibling = redis_sibling_key(owner_rkey, *ownerlen, prefixlen,
+								redis_key_slot(owner_rkey, *ownerlen), kind,
+								&siblinglen);
 	same = siblinglen == rkeylen && memcmp(sibling, rkey, rkeylen) == 0;
 	pfree(sibling);
+	if (same)
+		return owner_rkey;
 	pfree(owner_rkey);
-	return same;
+	return NULL;
+}
+
+/*
+ * A SCAN pattern that matches every sibling of kind `kind` under prefix
+ * (and a few other keys of the same shape, which redis_sibling_owner()
+ * tells apart), palloc'd.
+ */
+char *
+redis_sibling_pattern(const char *prefix, RedisSiblingKind kind)
+{
+	StringInfoData pattern;
+	const char *p;
+
+	initStringInfo(&pattern);
+	for (p = prefix; *p; p++)
+	{
+		if (strchr("*?[]\\", *p) != NULL)
+			appendStringInfoChar(&pattern, '\\');
+		appendStringInfoChar(&pattern, *p);
+	}
+	appendStringInfo(&pattern, "{*}:%s:*", sibling_kinds[kind].kind);
+	return pattern.data;
 }
 
 /*
@@ -236,17 +287,19 @@ is_sibling_of_kind(const char *rkey, int rkeylen, int prefixlen, int kind,
 void
 redis_check_key_not_reserved(const char *rkey, int rkeylen, int prefixlen)
 {
-	const char *owner;
+	char	   *owner;
 	int			ownerlen;
 	int			i;
 
 	for (i = 0; i < lengthof(sibling_kinds); i++)
-		if (is_sibling_of_kind(rkey, rkeylen, prefixlen, i, &owner, &ownerlen))
+		if ((owner = redis_sibling_owner(rkey, rkeylen, prefixlen, i,
+										 &ownerlen)) != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("Redis key \"%s\" is reserved", rkey + prefixlen),
 					 errdetail("It is where redislock keeps the %s of key \"%.*s\".",
-							   sibling_kinds[i].what, ownerlen, owner),
+							   sibling_kinds[i].what, ownerlen - prefixlen,
+							   owner + prefixlen),
 					 errhint("Choose a key that does not start with a number in braces followed by \":%s:\".",
 							 sibling_kinds[i].kind)));
 }

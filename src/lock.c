@@ -56,6 +56,7 @@ typedef struct HeldLock
 	bool		touched;		/* the current transaction has work for it */
 	RedisConn  *conn;			/* where the lock was taken */
 	int			prefixlen;		/* the user's key starts after the prefix */
+	int			slot;			/* the key's Cluster hash slot */
 	char	   *fence_key;		/* the sibling key of the fencing token */
 	int			fence_keylen;
 	int			session_holds;
@@ -188,9 +189,11 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen)
 
 	lock->conn = conn;
 	lock->prefixlen = strlen(conn->key_prefix);
+	lock->slot = redis_key_slot(rkey, rkeylen);
 	oldcxt = MemoryContextSwitchTo(locks_cxt);
 	lock->fence_key = redis_sibling_key(rkey, rkeylen, lock->prefixlen,
-										"fence", &lock->fence_keylen);
+										lock->slot, REDIS_SIBLING_FENCE,
+										&lock->fence_keylen);
 	MemoryContextSwitchTo(oldcxt);
 	lock->session_holds = 0;
 	lock->xact_holds = 0;
@@ -342,6 +345,14 @@ check_ttl_for_server(const RedisConn *conn, int ttl_ms)
 						   ttl_ms)));
 }
 
+/* Start a call on lock, in the slot of its key */
+static void
+lock_call_init(RedisCall *call, HeldLock *lock, const RedisScript *script)
+{
+	redis_call_init(call, lock->conn, script);
+	call->slot = lock->slot;
+}
+
 /* Add the lock's key to a call */
 static void
 add_lock_key(RedisCall *call, const HeldLock *lock)
@@ -369,7 +380,7 @@ add_token_arg(RedisCall *call)
 static void
 prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 {
-	redis_call_init(call, lock->conn, &extend_script);
+	lock_call_init(call, lock, &extend_script);
 	add_lock_keys(call, lock);
 	add_token_arg(call);
 	redis_call_int_arg(call, ttl_ms);
@@ -379,7 +390,7 @@ prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 static void
 prepare_release(RedisCall *call, HeldLock *lock)
 {
-	redis_call_init(call, lock->conn, &release_script);
+	lock_call_init(call, lock, &release_script);
 	call->nkeys = 1;
 	add_lock_key(call, lock);
 	add_token_arg(call);
@@ -432,7 +443,7 @@ abandon_lock(HeldLock *lock, const RedisCall *wait)
 {
 	RedisCall	call;
 
-	redis_call_init(&call, lock->conn, &abandon_script);
+	lock_call_init(&call, lock, &abandon_script);
 	add_lock_keys(&call, lock);
 	add_token_arg(&call);
 	redis_run(&call, 1);
@@ -469,7 +480,7 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 	RedisCall  *call = &calls[0];
 	int			ncalls = 1;
 
-	redis_call_init(call, lock->conn, &acquire_script);
+	lock_call_init(call, lock, &acquire_script);
 	add_lock_keys(call, lock);
 	add_token_arg(call);
 	redis_call_int_arg(call, ttl_ms);
@@ -564,7 +575,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	TimestampTz start = GetCurrentTimestamp();
 	int			delay_ms = WAIT_MIN_DELAY_MS;
 
-	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen);
+	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen, lock->slot);
 	while (!try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
 	{
 		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
@@ -636,9 +647,11 @@ static HeldLock *
 lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
 			   char **rkey_out, int *rkeylen_out)
 {
-	RedisConn  *conn;
+	text	   *key = redis_key_arg(fcinfo, 0);
+	RedisConn  *conn = redis_conn_current();
 	int			rkeylen;
-	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+	char	   *rkey = redis_key(conn->key_prefix, VARDATA_ANY(key),
+								 VARSIZE_ANY_EXHDR(key), &rkeylen);
 
 	if (conn_out)
 		*conn_out = conn;

@@ -72,18 +72,6 @@ typedef struct RecoverRun
 
 PG_FUNCTION_INFO_V1(redis_stock_recover);
 
-/* A SCAN pattern matching s literally */
-static void
-append_glob_escaped(StringInfo buf, const char *s)
-{
-	for (; *s; s++)
-	{
-		if (strchr("*?[]\\", *s) != NULL)
-			appendStringInfoChar(buf, '\\');
-		appendStringInfoChar(buf, *s);
-	}
-}
-
 /*
  * What PostgreSQL knows of a transaction: as pg_xact_status() says, or
  * "unknown" when its status is no longer kept.  The ID must precede the
@@ -218,23 +206,26 @@ decide_record(const RecoverRun *run, const FoundRecord *record)
  */
 static void
 collect_records(const RecoverRun *run, const RedisCall *hgetall,
-				const char *ops_key, List **records)
+				const char *records_key, List **records)
 {
-	const char *marker = strstr(ops_key + run->prefixlen, "}:ops:");
+	int			stock_keylen;
+	char	   *stock_key = redis_sibling_owner(records_key,
+												strlen(records_key),
+												run->prefixlen,
+												REDIS_SIBLING_RECORDS,
+												&stock_keylen);
 	int			i;
 
-	if (marker == NULL || hgetall->reply_type != REDIS_REPLY_ARRAY)
+	if (stock_key == NULL || hgetall->reply_type != REDIS_REPLY_ARRAY)
 		return;
 	for (i = 0; i + 1 < hgetall->nelements; i += 2)
 	{
 		FoundRecord *record = palloc0(sizeof(FoundRecord));
-		char	   *stock_key = psprintf("%.*s%s", run->prefixlen, ops_key,
-										 marker + strlen("}:ops:"));
 
 		if (!parse_record(hgetall->elements[i], hgetall->elements[i + 1],
 						  run->sysid, record))
 			continue;
-		stock_keys_init(&record->keys, stock_key, strlen(stock_key),
+		stock_keys_init(&record->keys, stock_key, stock_keylen,
 						run->prefixlen);
 		record->outcome = decide_record(run, record);
 		*records = lappend(*records, record);
@@ -414,7 +405,7 @@ Datum
 redis_stock_recover(PG_FUNCTION_ARGS)
 {
 	RecoverRun	run = {0};
-	StringInfoData pattern;
+	char	   *pattern;
 	RedisNode **masters;
 	int			nmasters;
 	int			i;
@@ -429,13 +420,12 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 
 	stock_require_counter_server(run.conn);
 	InitMaterializedSRF(fcinfo, 0);
-	initStringInfo(&pattern);
-	append_glob_escaped(&pattern, run.conn->key_prefix);
-	appendStringInfoString(&pattern, "{*}:ops:*");
+	pattern = redis_sibling_pattern(run.conn->key_prefix,
+									REDIS_SIBLING_RECORDS);
 
 	nmasters = redis_conn_masters(run.conn, &masters);
 	for (i = 0; i < nmasters; i++)
-		recover_node(&run, masters[i], pattern.data);
+		recover_node(&run, masters[i], pattern);
 	report_failed_settles(&run);
 	return (Datum) 0;
 }

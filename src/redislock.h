@@ -7,7 +7,7 @@
  * The layers, from the SQL functions down:
  *		lock.c, stock.c		what to do with which keys (the SQL functions)
  *		xact.c				what happens at transaction and backend end
- *		args.c				SQL arguments turned into Redis keys
+ *		args.c				SQL arguments checked
  *		keys.c				key layout: prefix, Cluster slot, sibling keys
  *		connection.c		the connection cache: foreign server and user
  *		option.c			the options of servers and user mappings
@@ -286,7 +286,8 @@ extern bool redis_replicas_acknowledged(const RedisCall *wait);
 extern void redis_report_replicas(const RedisCall *wait, const char *key,
 								  const char *undone) pg_attribute_noreturn();
 extern RedisDeadline redis_command_deadline(void);
-extern void redis_connect(RedisConn *conn, const char *key, int keylen);
+extern void redis_connect(RedisConn *conn, const char *key, int keylen,
+						  int slot);
 extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
 extern void redis_run(RedisCall *calls, int ncalls);
 extern bool redis_run_until(RedisCall *calls, int ncalls,
@@ -401,11 +402,21 @@ typedef struct RedisBatch
 
 extern RedisCall *redis_batch_add(RedisBatch *batch);
 
+/*
+ * The SQL functions are not STRICT, so that a NULL argument is an error.
+ * Every file with SQL functions checks its arguments with this.
+ */
+static inline void
+require_argument(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+}
+
 /* SQL arguments (args.c) */
-extern char *redis_key_arg(FunctionCallInfo fcinfo, int argno,
-						   RedisConn **conn_out, int *rkeylen);
-extern void require_argument(FunctionCallInfo fcinfo, int argno,
-							 const char *name);
+extern text *redis_key_arg(FunctionCallInfo fcinfo, int argno);
 
 /* The nodes of a server (registry.c) */
 extern bool redis_split_endpoint(char *entry, char **host, int *port);
@@ -416,10 +427,23 @@ extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
 extern int	redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels,
 									RedisNode ***nodes);
 
+/* What the extension keeps beside a key, in a sibling key (keys.c) */
+typedef enum RedisSiblingKind
+{
+	REDIS_SIBLING_FENCE,		/* a lock's fencing token */
+	REDIS_SIBLING_RECORDS,		/* an item's decrement records */
+	REDIS_SIBLING_BUYERS		/* an item's buyers */
+} RedisSiblingKind;
+
 /* Key layout (keys.c) */
+extern char *redis_key(const char *prefix, const char *key, int keylen,
+					   int *rkeylen);
 extern int	redis_key_slot(const char *key, int len);
 extern char *redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
-							   const char *kind, int *len);
+							   int slot, RedisSiblingKind kind, int *len);
+extern char *redis_sibling_owner(const char *rkey, int rkeylen, int prefixlen,
+								 RedisSiblingKind kind, int *ownerlen);
+extern char *redis_sibling_pattern(const char *prefix, RedisSiblingKind kind);
 extern void redis_check_key_not_reserved(const char *rkey, int rkeylen,
 										 int prefixlen);
 extern bool redis_prefix_is_valid(const char *prefix);
@@ -443,8 +467,9 @@ typedef struct StockKeys
 	char	   *stock;
 	int			stocklen;
 	int			prefixlen;
-	char	   *ops;
-	int			opslen;
+	int			slot;			/* their Cluster hash slot */
+	char	   *records;
+	int			recordslen;
 	char	   *buyers;
 	int			buyerslen;
 } StockKeys;

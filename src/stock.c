@@ -94,18 +94,34 @@ validated_qty(FunctionCallInfo fcinfo, int argno, bool zero_ok)
 }
 
 /*
+ * The connection of redislock.server, which must be a server that can keep
+ * stock, and the Redis key there of the item named by the first argument
+ */
+static RedisConn *
+stock_key_arg(FunctionCallInfo fcinfo, char **rkey, int *rkeylen)
+{
+	text	   *key = redis_key_arg(fcinfo, 0);
+	RedisConn  *conn = redis_conn_current();
+
+	*rkey = redis_key(conn->key_prefix, VARDATA_ANY(key),
+					  VARSIZE_ANY_EXHDR(key), rkeylen);
+	stock_require_counter_server(conn);
+	return conn;
+}
+
+/*
  * Start a command on the stock key named by the first argument.  *key_out
- * receives the key as the user gave it, for messages.
+ * receives the key as the user gave it, for messages.  Routing computes the
+ * key's slot, if the server needs it.
  */
 static void
 prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
 				   const char *command, const char **key_out)
 {
-	RedisConn  *conn;
+	char	   *rkey;
 	int			rkeylen;
-	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+	RedisConn  *conn = stock_key_arg(fcinfo, &rkey, &rkeylen);
 
-	stock_require_counter_server(conn);
 	redis_call_init(call, conn, NULL);
 	redis_call_arg(call, command, strlen(command));
 	redis_call_arg(call, rkey, rkeylen);
@@ -160,13 +176,21 @@ stock_result(const RedisCall *call, const char *key)
 static RedisConn *
 stock_item_arg(FunctionCallInfo fcinfo, StockKeys *keys)
 {
-	RedisConn  *conn;
+	char	   *rkey;
 	int			rkeylen;
-	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+	RedisConn  *conn = stock_key_arg(fcinfo, &rkey, &rkeylen);
 
-	stock_require_counter_server(conn);
 	stock_keys_init(keys, rkey, rkeylen, strlen(conn->key_prefix));
 	return conn;
+}
+
+/* Start a call on an item's keys, in their slot */
+static void
+stock_call_init(RedisCall *call, RedisConn *conn, const StockKeys *keys,
+				const RedisScript *script)
+{
+	redis_call_init(call, conn, script);
+	call->slot = keys->slot;
 }
 
 /*
@@ -246,17 +270,17 @@ redis_stock_incr(PG_FUNCTION_ARGS)
 Datum
 redis_stock_delete(PG_FUNCTION_ARGS)
 {
-	RedisCall	call;
-	const char *key;
 	StockKeys	keys;
+	RedisConn  *conn = stock_item_arg(fcinfo, &keys);
+	RedisCall	call;
 
-	/* key, the user's key, follows the prefix inside the Redis key */
-	prepare_stock_call(fcinfo, &call, "DEL", &key);
-	stock_keys_init(&keys, call.argv[1], call.argvlen[1], key - call.argv[1]);
-	redis_call_arg(&call, keys.ops, keys.opslen);
+	stock_call_init(&call, conn, &keys, NULL);
+	redis_call_arg(&call, "DEL", 3);
+	redis_call_arg(&call, keys.stock, keys.stocklen);
+	redis_call_arg(&call, keys.records, keys.recordslen);
 	redis_call_arg(&call, keys.buyers, keys.buyerslen);
 	redis_run(&call, 1);
-	PG_RETURN_BOOL(stock_result(&call, key) > 0);
+	PG_RETURN_BOOL(stock_result(&call, keys.stock + keys.prefixlen) > 0);
 }
 
 static const char *
@@ -329,13 +353,12 @@ operation_id_start(void)
 static PendingDecrement *
 new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 {
-	RedisConn  *conn;
+	char	   *rkey;
 	int			rkeylen;
-	char	   *rkey = redis_key_arg(fcinfo, 0, &conn, &rkeylen);
+	RedisConn  *conn = stock_key_arg(fcinfo, &rkey, &rkeylen);
 	MemoryContext oldcxt;
 	PendingDecrement *decrement;
 
-	stock_require_counter_server(conn);
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	decrement = palloc0(sizeof(PendingDecrement));
 
@@ -371,10 +394,12 @@ stock_keys_init(StockKeys *keys, const char *rkey, int rkeylen, int prefixlen)
 	keys->stock = pnstrdup(rkey, rkeylen);
 	keys->stocklen = rkeylen;
 	keys->prefixlen = prefixlen;
-	keys->ops = redis_sibling_key(rkey, rkeylen, prefixlen, "ops",
-								  &keys->opslen);
-	keys->buyers = redis_sibling_key(rkey, rkeylen, prefixlen, "buyers",
-									 &keys->buyerslen);
+	keys->slot = redis_key_slot(rkey, rkeylen);
+	keys->records = redis_sibling_key(rkey, rkeylen, prefixlen, keys->slot,
+									  REDIS_SIBLING_RECORDS,
+									  &keys->recordslen);
+	keys->buyers = redis_sibling_key(rkey, rkeylen, prefixlen, keys->slot,
+									 REDIS_SIBLING_BUYERS, &keys->buyerslen);
 }
 
 /*
@@ -385,10 +410,10 @@ void
 stock_keys_call(RedisCall *call, RedisConn *conn, const StockKeys *keys,
 				const RedisScript *script)
 {
-	redis_call_init(call, conn, script);
+	stock_call_init(call, conn, keys, script);
 	call->nkeys = 3;
 	redis_call_arg(call, keys->stock, keys->stocklen);
-	redis_call_arg(call, keys->ops, keys->opslen);
+	redis_call_arg(call, keys->records, keys->recordslen);
 	redis_call_arg(call, keys->buyers, keys->buyerslen);
 }
 
@@ -397,9 +422,9 @@ void
 stock_clear_record_call(RedisCall *call, RedisConn *conn,
 						const StockKeys *keys, const char *op_id)
 {
-	redis_call_init(call, conn, NULL);
+	stock_call_init(call, conn, keys, NULL);
 	redis_call_arg(call, "HDEL", 4);
-	redis_call_arg(call, keys->ops, keys->opslen);
+	redis_call_arg(call, keys->records, keys->recordslen);
 	redis_call_arg(call, op_id, strlen(op_id));
 }
 
