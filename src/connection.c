@@ -199,7 +199,6 @@ new_connection(ForeignServer *server, Oid userid)
 									  ALLOCSET_SMALL_SIZES);
 	oldcxt = MemoryContextSwitchTo(conn->cxt);
 	conn->servername = pstrdup(server->servername);
-	conn->owner_token = redislock_owner_token(server->serverid);
 	MemoryContextSwitchTo(oldcxt);
 	dlist_push_tail(&connections, &conn->node_link);
 	return conn;

@@ -13,6 +13,8 @@
  */
 #include "postgres.h"
 
+#include <unistd.h>
+
 #include <hiredis/hiredis.h>
 
 #include "access/xact.h"
@@ -21,6 +23,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "postmaster/postmaster.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
@@ -369,11 +372,66 @@ add_lock_keys(RedisCall *call, const HeldLock *lock)
 	redis_call_arg(call, lock->fence_key, lock->fence_keylen);
 }
 
+/* What every owner token of this backend starts and ends with, made once */
+static char *token_backend = NULL;
+static char *token_random = NULL;
+
+void		_PG_init(void);
+
+/*
+ * The owner token of this backend's locks on a foreign server: random bytes
+ * from pg_strong_random, so nobody can guess it, prefixed by host, port, pid
+ * and the server's OID so that someone looking at the key with redis-cli can
+ * tell which backend holds it.  One token serves every lock of the backend
+ * on one server, as a Redisson client id serves every lock of a client; two
+ * servers that lead to the same keys (one Redis, one key prefix) are two
+ * owners, so that a release through one never ends a hold taken through
+ * the other.  Palloc'd in the current memory context.
+ */
+static char *
+backend_owner_token(Oid serverid)
+{
+	if (token_random == NULL)
+	{
+		uint8		random_bytes[16];
+		char		hex[sizeof(random_bytes) * 2 + 1];
+		char		hostname[256];
+		int			i;
+
+		if (!pg_strong_random(random_bytes, sizeof(random_bytes)))
+			ereport(ERROR,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate a random Redis lock owner token")));
+		for (i = 0; i < (int) sizeof(random_bytes); i++)
+			snprintf(hex + i * 2, 3, "%02x", random_bytes[i]);
+
+		if (gethostname(hostname, sizeof(hostname)) != 0)
+			strlcpy(hostname, "unknown", sizeof(hostname));
+		hostname[sizeof(hostname) - 1] = '\0';
+
+		token_backend = MemoryContextStrdup(TopMemoryContext,
+											psprintf("pg:%s:%d:%d", hostname,
+													 PostPortNumber,
+													 MyProcPid));
+		token_random = MemoryContextStrdup(TopMemoryContext, hex);
+	}
+	return psprintf("%s:%u:%s", token_backend, serverid, token_random);
+}
+
+/* Add the owner token of this backend's locks on the call's server */
 static void
 add_token_arg(RedisCall *call)
 {
-	redis_call_arg(call, call->conn->owner_token,
-				   strlen(call->conn->owner_token));
+	RedisConn  *conn = call->conn;
+
+	if (conn->owner_token == NULL)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(conn->cxt);
+
+		conn->owner_token = backend_owner_token(conn->serverid);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	redis_call_arg(call, conn->owner_token, strlen(conn->owner_token));
 }
 
 /* Make call the script that resets the lease of lock to ttl_ms if ours */

@@ -1,17 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * redislock.c
- *		Module entry point: settings, wait event and the owner token.
+ *		Module entry point: settings and wait event.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include <unistd.h>
-
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "postmaster/postmaster.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
@@ -28,52 +25,7 @@ bool		redislock_verify_before_commit = true;
 
 uint32		redislock_wait_event = PG_WAIT_EXTENSION;
 
-/* Built on first use; lives as long as the backend */
-/* What every owner token of this backend starts and ends with */
-static char *token_backend = NULL;
-static char *token_random = NULL;
-
 void		_PG_init(void);
-
-/*
- * The owner token of this backend's locks on a foreign server: random bytes
- * from pg_strong_random, so nobody can guess it, prefixed by host, port, pid
- * and the server's OID so that someone looking at the key with redis-cli can
- * tell which backend holds it.  One token serves every lock of the backend
- * on one server, as a Redisson client id serves every lock of a client; two
- * servers that lead to the same keys (one Redis, one key prefix) are two
- * owners, so that a release through one never ends a hold taken through
- * the other.  Palloc'd in the current memory context.
- */
-char *
-redislock_owner_token(Oid serverid)
-{
-	if (token_random == NULL)
-	{
-		uint8		random_bytes[16];
-		char		hex[sizeof(random_bytes) * 2 + 1];
-		char		hostname[256];
-		int			i;
-
-		if (!pg_strong_random(random_bytes, sizeof(random_bytes)))
-			ereport(ERROR,
-					(errcode(ERRCODE_INTERNAL_ERROR),
-					 errmsg("could not generate a random Redis lock owner token")));
-		for (i = 0; i < (int) sizeof(random_bytes); i++)
-			snprintf(hex + i * 2, 3, "%02x", random_bytes[i]);
-
-		if (gethostname(hostname, sizeof(hostname)) != 0)
-			strlcpy(hostname, "unknown", sizeof(hostname));
-		hostname[sizeof(hostname) - 1] = '\0';
-
-		token_backend = MemoryContextStrdup(TopMemoryContext,
-											psprintf("pg:%s:%d:%d", hostname,
-													 PostPortNumber,
-													 MyProcPid));
-		token_random = MemoryContextStrdup(TopMemoryContext, hex);
-	}
-	return psprintf("%s:%u:%s", token_backend, serverid, token_random);
-}
 
 /*
  * Settings are user-settable, as each one only affects the session's own

@@ -50,8 +50,6 @@ extern bool redislock_verify_before_commit;
 /* Wait event reported while waiting for a lock or for Redis */
 extern uint32 redislock_wait_event;
 
-/* The value this backend's locks on a foreign server carry in Redis */
-extern char *redislock_owner_token(Oid serverid);
 
 /*
  * A Lua script run with EVALSHA.  The SHA-1 is computed locally once, so
@@ -179,7 +177,8 @@ typedef struct RedisConn
 	Oid			serverid;
 	Oid			userid;
 	char	   *servername;		/* for messages */
-	char	   *owner_token;	/* what our locks on this server carry */
+	char	   *owner_token;	/* what our locks on this server carry, made
+								 * at first use (lock.c) */
 	uint32		server_hashvalue;	/* syscache hash of serverid */
 	bool		invalidated;	/* catalog changed: re-read options */
 	bool		retired;		/* replaced; alive only while pinned */
