@@ -48,7 +48,7 @@ include $(PGXS)
 PG_CPPFLAGS += -Wall -Wmissing-prototypes
 
 # every object depends on the shared header
-$(OBJS): src/redislock.h
+$(OBJS): src/redislock.h src/topology.h src/node.h
 
 # the version script that SHLIB_LINK names (see above)
 exports.map: $(OBJS)

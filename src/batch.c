@@ -39,7 +39,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
-#include "redislock.h"
+#include "topology.h"
 
 /* A connection quiet for this long is checked before use (microseconds) */
 #define IDLE_CHECK_USEC		1000

@@ -20,7 +20,7 @@
 
 #include "utils/builtins.h"
 
-#include "redislock.h"
+#include "topology.h"
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)

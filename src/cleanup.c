@@ -19,7 +19,7 @@
 
 #include "utils/memutils.h"
 
-#include "redislock.h"
+#include "topology.h"
 
 /*
  * Clean-up sent after commit to a cluster node, kept until its reply comes:

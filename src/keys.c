@@ -31,8 +31,6 @@
 
 #include "redislock.h"
 
-#define CLUSTER_SLOTS		16384
-
 /*
  * The name of each kind of sibling key (RedisSiblingKind), and what it
  * keeps, for messages.  Every kind has its keys refused to users.
@@ -48,73 +46,8 @@ static const struct
 	[REDIS_SIBLING_BUYERS] = {"buyers", "buyers"}
 };
 
-/* CRC16 (XMODEM: polynomial 0x1021, no reflection), per table, built once */
-static uint16 crc16_table[256];
-
 /* For each slot, the number whose decimal digits hash to it */
 static uint32 *slot_tags = NULL;
-
-static void
-build_crc16_table(void)
-{
-	int			i;
-
-	for (i = 0; i < 256; i++)
-	{
-		uint16		crc = i << 8;
-		int			bit;
-
-		for (bit = 0; bit < 8; bit++)
-			crc = (crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1;
-		crc16_table[i] = crc;
-	}
-}
-
-static uint16
-crc16(const char *buf, int len)
-{
-	uint16		crc = 0;
-	int			i;
-
-	if (crc16_table[1] == 0)
-		build_crc16_table();
-	for (i = 0; i < len; i++)
-		crc = (crc << 8) ^ crc16_table[((crc >> 8) ^ (uint8) buf[i]) & 0xff];
-	return crc;
-}
-
-/*
- * The part of a key that decides its slot: the content of its first
- * complete, non-empty hash tag, else the whole key.
- */
-static const char *
-hashed_part(const char *key, int len, int *hashed_len)
-{
-	const char *open = memchr(key, '{', len);
-	const char *close;
-
-	if (open != NULL)
-	{
-		close = memchr(open + 1, '}', len - (open + 1 - key));
-		if (close != NULL && close > open + 1)
-		{
-			*hashed_len = close - (open + 1);
-			return open + 1;
-		}
-	}
-	*hashed_len = len;
-	return key;
-}
-
-/* The Redis Cluster hash slot of a key */
-int
-redis_key_slot(const char *key, int len)
-{
-	int			hashed_len;
-	const char *hashed = hashed_part(key, len, &hashed_len);
-
-	return crc16(hashed, hashed_len) & (CLUSTER_SLOTS - 1);
-}
 
 /*
  * Find, for every slot, the smallest number whose decimal digits hash to
@@ -125,16 +58,15 @@ static void
 build_slot_tags(void)
 {
 	uint32	   *tags = MemoryContextAlloc(TopMemoryContext,
-										  sizeof(uint32) * CLUSTER_SLOTS);
-	int			missing = CLUSTER_SLOTS;
+										  sizeof(uint32) * REDIS_CLUSTER_SLOTS);
+	int			missing = REDIS_CLUSTER_SLOTS;
 	uint32		n;
 
-	memset(tags, 0xff, sizeof(uint32) * CLUSTER_SLOTS);
+	memset(tags, 0xff, sizeof(uint32) * REDIS_CLUSTER_SLOTS);
 	for (n = 0; missing > 0; n++)
 	{
 		char		digits[12];
-		int			slot = crc16(digits, pg_ultoa_n(n, digits)) &
-			(CLUSTER_SLOTS - 1);
+		int			slot = redis_key_slot(digits, pg_ultoa_n(n, digits));
 
 		if (tags[slot] == PG_UINT32_MAX)
 		{

@@ -35,7 +35,7 @@
 #include "storage/fd.h"
 #include "utils/memutils.h"
 
-#include "redislock.h"
+#include "topology.h"
 
 /* A command buffer that grew beyond this is given back once written */
 #define OUT_BUFFER_KEEP		(64 * 1024)

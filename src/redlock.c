@@ -27,7 +27,7 @@
 
 #include "lib/stringinfo.h"
 
-#include "redislock.h"
+#include "topology.h"
 
 /* What the copies of one call on a Redlock server have answered so far */
 typedef struct Quorum

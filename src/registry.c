@@ -16,7 +16,7 @@
 
 #include "utils/memutils.h"
 
-#include "redislock.h"
+#include "topology.h"
 
 /*
  * Split "host:port" in place; the host may be bracketed, as IPv6 addresses

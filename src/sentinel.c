@@ -19,7 +19,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "redislock.h"
+#include "topology.h"
 
 /* How long a master found through the Sentinels is trusted (milliseconds) */
 #define MASTER_RECHECK_MS	1000

@@ -16,7 +16,7 @@
  */
 #include "postgres.h"
 
-#include "redislock.h"
+#include "topology.h"
 
 /* A single server: its one node, made from host and port or unix_socket */
 static void

@@ -1,0 +1,197 @@
+/*-------------------------------------------------------------------------
+ *
+ * node.h
+ *		Redis I/O: nodes, the calls sent to them and their deadlines, and
+ *		running sets of calls (node.c, resp.c, call.c, batch.c, cleanup.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDISLOCK_NODE_H
+#define REDISLOCK_NODE_H
+
+#include "lib/stringinfo.h"
+#include "nodes/pg_list.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+
+
+struct addrinfo;
+struct redisReader;
+struct redisReply;
+
+struct RedisConn;
+
+/* Settings (redislock.*), defined in redislock.c */
+extern char *redislock_server_name;
+extern int	redislock_connect_timeout;
+extern int	redislock_command_timeout;
+extern int	redislock_end_timeout_limit;
+extern bool redislock_verify_before_commit;
+
+/* Wait event reported while waiting for a lock or for Redis */
+extern uint32 redislock_wait_event;
+
+
+/*
+ * A Lua script run with EVALSHA.  The SHA-1 is computed locally once, so
+ * the script text travels only when Redis answers NOSCRIPT.
+ */
+typedef struct RedisScript
+{
+	const char *name;
+	const char *body;
+	char		sha1[41];
+} RedisScript;
+
+/*
+ * One Redis node: a non-blocking socket, the bytes still to be written to
+ * it, and hiredis' reader for what comes back (node.c).
+ */
+typedef struct RedisNode
+{
+	struct RedisConn *conn;		/* the server it belongs to, credentials */
+	const char *role;			/* "master", "replica", "sentinel", "unknown" */
+	bool		is_sentinel;	/* authenticates with the Sentinel credentials */
+	char	   *host;			/* NULL when unix_socket is set */
+	int			port;
+	char	   *unix_socket;
+	char	   *endpoint;		/* "host:port" or the socket, for messages */
+	struct addrinfo *addrs;		/* the host's addresses, found when first
+								 * connecting: see open_socket() */
+	pgsocket	sock;			/* PGINVALID_SOCKET while disconnected */
+	struct redisReader *reader;
+	WaitEventSet *waitset;		/* latch, postmaster death, sock */
+	uint32		waitset_events; /* socket events registered in waitset */
+	int			waitset_socket_pos; /* their position there */
+	StringInfoData out;			/* encoded commands not written yet */
+	int			out_sent;		/* bytes of out already written */
+	int			awaiting;		/* replies sent for and not read */
+	uint64		sent;			/* commands sent since connecting */
+	List	   *redirectable;	/* clean-up sent after commit to a cluster
+								 * node, whose reply may redirect it */
+	List	   *queued_cleanup; /* clean-up for this node while it was not
+								 * connected: sent once it is */
+	int			deferred;		/* leading ones that nobody waits for */
+	uint64		failed_end;		/* id of the transaction end it failed in */
+	bool		checked;		/* known ready: connected, peer not gone */
+	bool		stalled;		/* a call timed out, and no reply came since */
+	TimestampTz last_reply;		/* when a reply last arrived */
+	char	   *connect_error;	/* why the last connect failed, if it did */
+	int			connect_sqlstate;	/* and the SQLSTATE that says so */
+} RedisNode;
+
+extern RedisNode *node_create(struct RedisConn *conn, const char *host,
+							  int port, const char *unix_socket);
+extern bool node_connect(RedisNode *node, TimestampTz deadline, int elevel);
+extern void node_report_connect_failure(const RedisNode *node, int elevel);
+extern void node_set_connect_error(RedisNode *node, const char *reason);
+extern void node_disconnect(RedisNode *node);
+extern void node_destroy(RedisNode *node);
+extern bool node_is_connected(const RedisNode *node);
+extern bool node_peer_closed(RedisNode *node);
+extern bool node_flush(RedisNode *node);
+extern bool node_receive(RedisNode *node, bool *closed);
+extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
+extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
+					  TimestampTz deadline, int elevel);
+
+/* A Redis command, or a script call, and the reply copied out of hiredis */
+#define REDIS_CALL_MAX_ARGS 8
+
+typedef struct RedisCall
+{
+	struct RedisConn *conn;
+	RedisNode  *node;			/* where it runs: set by routing, unless the
+								 * caller chose a node (keyless commands) */
+	bool		node_given;		/* the caller chose node: never rerouted */
+	struct RedisCall *follows;	/* runs right after this one, on its node */
+	struct Quorum *quorum;		/* Redlock: the answers of the masters */
+	bool		asking;			/* ASK redirection: send ASKING before it */
+	const RedisScript *script;	/* NULL: argv is a plain command */
+	bool		send_body;		/* EVAL the script's text, not EVALSHA */
+	int			nkeys;			/* for scripts: argv[0..nkeys-1] are keys */
+	int			slot;			/* its key's Cluster slot, -1 until known */
+	int			argc;
+	const char *argv[REDIS_CALL_MAX_ARGS];	/* NULL: the integer below */
+	size_t		argvlen[REDIS_CALL_MAX_ARGS];
+	int64		intarg;			/* formatted when the call is sent */
+	void	   *origin;			/* what the caller made this call for */
+	void		(*on_reply) (struct RedisCall *call);	/* for batched calls */
+	/* replaces the usual copy of a non-error reply, for nested arrays */
+	void		(*parse_reply) (struct RedisCall *call,
+								const struct redisReply *reply);
+	bool		helper;			/* batch.c: SCRIPT LOAD or ASKING for a call */
+	bool		load_script;	/* batch.c: was answered NOSCRIPT */
+	bool		sent_again;		/* batch.c: goes out in the next round */
+
+	int			reply_type;		/* REDIS_REPLY_*, or 0 when none arrived */
+	long long	integer;
+	char	   *str;			/* palloc'd, NUL-terminated */
+	size_t		len;
+	int			nelements;		/* an array's strings, nested ones inlined */
+	char	  **elements;		/* palloc'd, NUL-terminated */
+} RedisCall;
+
+extern void resp_append_call(StringInfo buf, const RedisCall *call);
+extern void resp_append_script_load(StringInfo buf, const RedisScript *script);
+
+/*
+ * An absolute deadline, the bound it came from for messages, whether that
+ * bound is lock_timeout (a timeout is then a lock timeout), and whether it
+ * counts from the first byte sent (command_timeout), so that connecting,
+ * which has connect_timeout of its own, starts it again.  A lock_timeout
+ * and the bound of a transaction end cover everything, connecting
+ * included.  The calls of a transaction end carry its number, so that a
+ * node that failed in it is left alone for the rest of it.
+ */
+typedef struct RedisDeadline
+{
+	TimestampTz at;
+	int			ms;
+	bool		lock_timeout;
+	bool		from_first_byte;
+	uint64		end_id;			/* the transaction end's, 0 for none */
+} RedisDeadline;
+
+extern void redis_call_init(RedisCall *call, struct RedisConn *conn,
+							const RedisScript *script);
+extern void redis_call_arg(RedisCall *call, const char *arg, size_t len);
+extern void redis_call_int_arg(RedisCall *call, int64 value);
+extern void redis_call_on_node(RedisCall *call, RedisNode *node);
+extern void redis_call_wait_replicas(RedisCall *wait, RedisCall *after);
+extern bool redis_replicas_acknowledged(const RedisCall *wait);
+extern void redis_report_replicas(const RedisCall *wait, const char *key,
+								  const char *undone) pg_attribute_noreturn();
+extern RedisDeadline redis_command_deadline(void);
+extern void redis_connect(struct RedisConn *conn, const char *key, int keylen,
+						  int slot);
+extern int	redis_conn_masters(struct RedisConn *conn, RedisNode ***masters);
+extern void redis_run(RedisCall *calls, int ncalls);
+extern bool redis_run_until(RedisCall *calls, int ncalls,
+							RedisDeadline deadline, int elevel);
+
+/* Calls whose replies nobody waits for (cleanup.c) */
+extern void redis_send_deferred(RedisCall *calls, int ncalls);
+extern void redis_send_cleanup(RedisCall *call, uint64 end_id);
+extern void redis_send_queued_cleanup(RedisNode *node);
+extern void redis_drop_reply(RedisNode *node, struct redisReply *reply);
+
+extern void redis_unexpected_reply(const RedisCall *call, const char *key,
+								   int elevel);
+extern bool redis_reply_is_error(const RedisCall *call, const char *code);
+extern bool redis_reply_is_unavailable(const RedisCall *call);
+extern int	redis_error_sqlstate(const RedisCall *call);
+extern int	redis_error_hint(const RedisCall *call);
+extern void redis_call_take_reply(RedisCall *call, struct redisReply *reply);
+
+/* A set of calls that grows: those of a transaction end, for one */
+typedef struct RedisBatch
+{
+	RedisCall  *calls;
+	int			ncalls;
+	int			maxcalls;
+} RedisBatch;
+
+extern RedisCall *redis_batch_add(RedisBatch *batch);
+
+#endif							/* REDISLOCK_NODE_H */

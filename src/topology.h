@@ -1,0 +1,206 @@
+/*-------------------------------------------------------------------------
+ *
+ * topology.h
+ *		Redis servers: the options of a foreign server, the connection
+ *		cache, the nodes a server knows and the topology of each kind of
+ *		server (option.c, connection.c, registry.c, topology.c, cluster.c,
+ *		sentinel.c, redlock.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDISLOCK_TOPOLOGY_H
+#define REDISLOCK_TOPOLOGY_H
+
+#include "lib/ilist.h"
+
+#include "node.h"
+
+/* What a foreign server names: one Redis, or the seeds of a Redis Cluster */
+typedef enum RedisServerKind
+{
+	REDIS_SERVER_SINGLE,
+	REDIS_SERVER_CLUSTER,
+	REDIS_SERVER_SENTINEL,
+	REDIS_SERVER_REDLOCK
+} RedisServerKind;
+
+/*
+ * The options of a foreign server and its user mapping, read and checked
+ * by option.c, with defaults for those not set.  The connection cache
+ * copies them into its entry.
+ */
+typedef struct RedisServerOptions
+{
+	RedisServerKind kind;
+	const char *host;			/* a single server: host and port, */
+	int			port;
+	const char *unix_socket;	/* or a socket, NULL when unset */
+	List	   *endpoints;		/* the cluster seeds, Sentinels or masters */
+	const char *sentinel_master;
+	int			database;
+	const char *key_prefix;
+	int			min_replicas;
+	int			replica_timeout;
+	const char *username;		/* from the user mapping, NULL when unset */
+	const char *password;
+	const char *sentinel_username;
+	const char *sentinel_password;
+} RedisServerOptions;
+
+extern void redis_read_options(RedisServerOptions *opts, List *server_options,
+							   List *mapping_options);
+
+/* The hash slots of Redis Cluster */
+#define REDIS_CLUSTER_SLOTS 16384
+
+/*
+ * One connection cache entry: a foreign server and user, the options they
+ * were read with, and the nodes they lead to.  A copy of the options lets
+ * transaction end reach Redis without catalog access.  Held locks and
+ * pending stock decrements pin it; an entry whose options changed while
+ * pinned is retired (kept for what it still holds) and replaced.
+ */
+typedef struct RedisConn
+{
+	dlist_node	node_link;
+	Oid			serverid;
+	Oid			userid;
+	char	   *servername;		/* for messages */
+	char	   *owner_token;	/* what our locks on this server carry, made
+								 * at first use (lock.c) */
+	uint32		server_hashvalue;	/* syscache hash of serverid */
+	bool		invalidated;	/* catalog changed: re-read options */
+	bool		retired;		/* replaced; alive only while pinned */
+	bool		used_in_xact;	/* used by the current transaction */
+	int			pins;
+	MemoryContext cxt;			/* holds the option strings and nodes below */
+	int			database;
+	char	   *key_prefix;
+	char	   *username;
+	char	   *password;
+	char	   *sentinel_master;
+	char	   *sentinel_username;
+	char	   *sentinel_password;
+	int			min_replicas;	/* replicas that must acknowledge a write */
+	int			replica_timeout;	/* how long to wait for them (ms) */
+	const struct RedisTopology *topology;	/* its kind of server */
+	RedisNode **nodes;			/* every node known: a single server's one,
+								 * a cluster's seeds, masters and replicas,
+								 * the Sentinels and the masters they named */
+	int			nnodes;
+	int			maxnodes;
+	int16	   *slot_owner;		/* cluster: the index in nodes of each slot's
+								 * master, -1 when unknown */
+	bool		map_stale;		/* ask for the slot map or master first */
+	uint64		routed_round;	/* redis_route_calls() that last asked */
+	int			master_index;	/* Sentinel: the master in nodes, or -1 */
+	TimestampTz master_checked_at;	/* Sentinel: when it was last named */
+} RedisConn;
+
+extern RedisConn *redis_conn_current(void);
+extern void redis_conn_check_usage(const RedisConn *conn);
+extern void redis_conn_pin(RedisConn *conn);
+extern void redis_conn_unpin(RedisConn *conn);
+extern void redis_conns_end_xact(void);
+extern void redislock_init_connections(void);
+extern bool redis_conn_is_connected(const RedisConn *conn);
+extern void redis_conn_disconnect(RedisConn *conn);
+
+/*
+ * A question that a topology asks its nodes to learn where calls go (a
+ * slot map, a master), and that the batch runs for it: the call, the level
+ * its failure is reported at, and the topology's place in its questions.
+ */
+typedef struct RedisQuestion
+{
+	RedisCall	call;
+	int			elevel;
+	int			asked;			/* questions asked so far */
+	void	   *state;			/* the topology's own */
+	bool		known;			/* answered: ask no more */
+} RedisQuestion;
+
+/*
+ * A kind of server: one Redis, Sentinel, Cluster or Redlock.  Its table
+ * holds what batch.c and the SQL functions need to know of it, so that
+ * they never test the kind; an operation left NULL does nothing, and a
+ * single server leaves most of them NULL (topology.c).  No operation runs
+ * calls itself: what a topology must ask its nodes, it asks through
+ * next_question and take_answer, and the batch runs the questions.
+ */
+typedef struct RedisTopology
+{
+	/* make the nodes that the options name: the one, seeds, Sentinels... */
+	void		(*init) (RedisConn *conn, const RedisServerOptions *opts);
+	/* must it ask where calls go (not known, or may have changed)? */
+	bool		(*must_ask) (const RedisConn *conn);
+	/* the next question, false when none is left (reported at elevel) */
+	bool		(*next_question) (RedisConn *conn, RedisQuestion *question,
+								  int elevel);
+	/* learn from the answer; question->known once where calls go is */
+	void		(*take_answer) (RedisConn *conn, RedisQuestion *question);
+	/* the node that serves key; *slot keeps its hash slot, -1 until known */
+	RedisNode  *(*node_for_key) (RedisConn *conn, const char *key,
+								 size_t len, int *slot);
+	/* send a call where its MOVED or ASK reply says; false for others */
+	bool		(*follow_redirect) (RedisCall *call);
+	/* a node failed or said it cannot serve: ask again before next use */
+	void		(*lost_node) (RedisConn *conn);
+	/* the masters, each once, as last known */
+	int			(*masters) (RedisConn *conn, RedisNode ***masters);
+	/* the slots a node serves, as text, or NULL */
+	char	   *(*node_slots) (RedisConn *conn, int nodeindex);
+
+	/*
+	 * A call on independent masters stands for a copy on each (expand
+	 * fills copies, returns their number), whose answers are counted as
+	 * they arrive; the call is decided by a quorum.
+	 */
+	int			(*expand) (RedisCall *call, RedisCall **copies);
+	void		(*start_round) (RedisCall *copy);
+	void		(*note_reply) (const RedisCall *copy);
+	void		(*note_failure) (const RedisCall *copy, const char *reason,
+								 int sqlstate);
+	bool		(*copy_is_moot) (const RedisCall *copy);
+	bool		(*decide) (RedisCall *call, int elevel);
+	/* the clock drift that a lease of ttl_ms must outlast */
+	int			(*drift_ms) (int ttl_ms);
+
+	bool		nodes_replaced; /* a node that cannot be reached, or says
+								 * READONLY, may have been replaced: its
+								 * calls are routed afresh */
+	bool		one_counter;	/* one node counts for the server (stock) */
+} RedisTopology;
+
+extern const RedisTopology single_topology;
+extern const RedisTopology cluster_topology;
+extern const RedisTopology sentinel_topology;
+extern const RedisTopology redlock_topology;
+
+/* Routing calls through their server's topology (topology.c) */
+extern void redis_conn_init_topology(RedisConn *conn,
+									 const RedisServerOptions *opts);
+extern void redis_route_calls(RedisCall **calls, int ncalls);
+extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
+									  int keylen);
+extern void redis_conn_lost_node(RedisConn *conn);
+extern bool redis_follow_redirect(RedisCall *call);
+extern bool redis_conn_decides_by_quorum(const RedisConn *conn);
+extern int	redis_conn_drift_ms(const RedisConn *conn, int ttl_ms);
+extern RedisCall **redis_expand_calls(RedisCall *calls, int ncalls,
+									  int *npending);
+extern bool redis_decide_calls(RedisCall *calls, int ncalls, int elevel);
+
+/* The Redis Cluster hash slot of a key (cluster.c) */
+extern int	redis_key_slot(const char *key, int len);
+
+/* The nodes of a server (registry.c) */
+extern bool redis_split_endpoint(char *entry, char **host, int *port);
+extern List *redis_parse_endpoints(const char *list, const char **bad_entry);
+extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints,
+									 const char *role);
+extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
+extern int	redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels,
+									RedisNode ***nodes);
+
+#endif							/* REDISLOCK_TOPOLOGY_H */
