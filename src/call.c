@@ -177,20 +177,25 @@ is_not_run_reply(const RedisCall *call)
 int
 redis_error_sqlstate(const RedisCall *call)
 {
-	if (redis_reply_is_error(call, "NOPERM"))
-		return ERRCODE_INSUFFICIENT_PRIVILEGE;
-	if (redis_reply_is_error(call, "NOAUTH"))
-		return ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION;
-	if (redis_reply_is_error(call, "WRONGPASS"))
-		return ERRCODE_INVALID_PASSWORD;
+	static const struct
+	{
+		const char *code;
+		int			sqlstate;
+	}			codes[] = {
+		{"NOPERM", ERRCODE_INSUFFICIENT_PRIVILEGE},
+		{"NOAUTH", ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION},
+		{"WRONGPASS", ERRCODE_INVALID_PASSWORD},
+		{"OOM", ERRCODE_OUT_OF_MEMORY},
+		{"WRONGTYPE", ERRCODE_WRONG_OBJECT_TYPE},
+		{"BUSY", ERRCODE_OBJECT_IN_USE},
+	};
+	int			i;
+
 	if (redis_reply_is_unavailable(call) || is_not_run_reply(call))
 		return ERRCODE_CONNECTION_FAILURE;
-	if (redis_reply_is_error(call, "OOM"))
-		return ERRCODE_OUT_OF_MEMORY;
-	if (redis_reply_is_error(call, "WRONGTYPE"))
-		return ERRCODE_WRONG_OBJECT_TYPE;
-	if (redis_reply_is_error(call, "BUSY"))
-		return ERRCODE_OBJECT_IN_USE;
+	for (i = 0; i < lengthof(codes); i++)
+		if (redis_reply_is_error(call, codes[i].code))
+			return codes[i].sqlstate;
 	return ERRCODE_EXTERNAL_ROUTINE_EXCEPTION;
 }
 

@@ -643,12 +643,14 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 }
 
 /*
- * Acquiring a lock the backend holds confirms in Redis that it is still
- * ours and renews the lease.  A lost lease is an error: the holds taken so
- * far were not protected, and silently re-taking the lock would hide that.
+ * Confirm in Redis that a held lock is still ours and renew its lease to
+ * ttl_ms, as redis_lock_extend() and acquiring a held lock do.  A lost
+ * lease is reported at elevel, and false returned.  For an acquire it is
+ * an error: the holds taken so far were not protected, and silently
+ * re-taking the lock would hide that.
  */
-static void
-renew_held_lock(HeldLock *lock, int ttl_ms)
+static bool
+renew_held_lock(HeldLock *lock, int ttl_ms, int elevel)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	call;
@@ -658,13 +660,18 @@ renew_held_lock(HeldLock *lock, int ttl_ms)
 	redis_run(&call, 1);
 	renewed = script_result(&call, user_key(lock)) == 1;
 	if (!renewed || !renewed_in_time(lock, ttl_ms, start))
-		ereport(ERROR,
+	{
+		ereport(elevel,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
 						user_key(lock), lock->conn->servername),
 				 errdetail_renewal_failed(lock, renewed),
-				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.")));
+				 elevel >= ERROR ?
+				 errhint("Release the lock, then acquire it again; a longer ttl_ms may help.") : 0));
+		return false;
+	}
 	set_lease(lock, ttl_ms, start);
+	return true;
 }
 
 static int
@@ -732,7 +739,7 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 
 	check_ttl_for_server(conn, ttl_ms);
 	if (lock != NULL && total_holds(lock) > 0)
-		renew_held_lock(lock, ttl_ms);
+		(void) renew_held_lock(lock, ttl_ms, ERROR);
 	else
 	{
 		if (lock == NULL)
@@ -897,9 +904,6 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 	int			ttl_ms = validated_ttl(fcinfo, 1);
 	RedisConn  *conn;
 	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, NULL, NULL);
-	TimestampTz start = GetCurrentTimestamp();
-	RedisCall	call;
-	bool		renewed;
 
 	check_ttl_for_server(conn, ttl_ms);
 	if (lock == NULL || total_holds(lock) == 0)
@@ -907,21 +911,7 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 		PG_RETURN_BOOL(false);
 	}
-
-	prepare_extend(&call, lock, ttl_ms);
-	redis_run(&call, 1);
-	renewed = script_result(&call, user_key(lock)) == 1;
-	if (!renewed || !renewed_in_time(lock, ttl_ms, start))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
-						user_key(lock), lock->conn->servername),
-				 errdetail_renewal_failed(lock, renewed)));
-		PG_RETURN_BOOL(false);
-	}
-	set_lease(lock, ttl_ms, start);
-	PG_RETURN_BOOL(true);
+	PG_RETURN_BOOL(renew_held_lock(lock, ttl_ms, WARNING));
 }
 
 /* redis_lock_fence(key): the fencing token of a held lock, else NULL */

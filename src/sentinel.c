@@ -194,14 +194,6 @@ sentinel_lost_node(RedisConn *conn)
 	conn->map_stale = true;
 }
 
-/* The master, as last named */
-static int
-sentinel_masters(RedisConn *conn, RedisNode ***masters)
-{
-	*masters = &conn->nodes[conn->master_index];
-	return 1;
-}
-
 const RedisTopology sentinel_topology = {
 	.init = sentinel_init,
 	.must_ask = sentinel_must_ask,
@@ -209,7 +201,7 @@ const RedisTopology sentinel_topology = {
 	.take_answer = sentinel_take_answer,
 	.node_for_key = sentinel_node_for_key,
 	.lost_node = sentinel_lost_node,
-	.masters = sentinel_masters,
+	.masters = redis_conn_one_master,
 	.nodes_replaced = true,
 	.one_counter = true,
 };

@@ -29,17 +29,21 @@ single_init(RedisConn *conn, const RedisServerOptions *opts)
 	conn->nnodes = conn->maxnodes = 1;
 }
 
-/* A single server's one node is its master */
-static int
-single_masters(RedisConn *conn, RedisNode ***masters)
+/*
+ * The one master of a server whose keys all live on one node: a single
+ * server's node, or the master a Sentinel server's Sentinels named last
+ * (master_index, 0 until then)
+ */
+int
+redis_conn_one_master(RedisConn *conn, RedisNode ***masters)
 {
-	*masters = conn->nodes;
+	*masters = &conn->nodes[Max(conn->master_index, 0)];
 	return 1;
 }
 
 const RedisTopology single_topology = {
 	.init = single_init,
-	.masters = single_masters,
+	.masters = redis_conn_one_master,
 	.one_counter = true,
 };
 
@@ -50,21 +54,14 @@ const RedisTopology single_topology = {
 void
 redis_conn_init_topology(RedisConn *conn, const RedisServerOptions *opts)
 {
-	switch (opts->kind)
-	{
-		case REDIS_SERVER_SINGLE:
-			conn->topology = &single_topology;
-			break;
-		case REDIS_SERVER_CLUSTER:
-			conn->topology = &cluster_topology;
-			break;
-		case REDIS_SERVER_SENTINEL:
-			conn->topology = &sentinel_topology;
-			break;
-		case REDIS_SERVER_REDLOCK:
-			conn->topology = &redlock_topology;
-			break;
-	}
+	static const RedisTopology *const topologies[] = {
+		[REDIS_SERVER_SINGLE] = &single_topology,
+		[REDIS_SERVER_CLUSTER] = &cluster_topology,
+		[REDIS_SERVER_SENTINEL] = &sentinel_topology,
+		[REDIS_SERVER_REDLOCK] = &redlock_topology,
+	};
+
+	conn->topology = topologies[opts->kind];
 	conn->topology->init(conn, opts);
 }
 

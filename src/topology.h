@@ -184,6 +184,7 @@ extern void redis_route_calls(RedisCall **calls, int ncalls);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
 extern void redis_conn_lost_node(RedisConn *conn);
+extern int	redis_conn_one_master(RedisConn *conn, RedisNode ***masters);
 extern bool redis_follow_redirect(RedisCall *call);
 extern bool redis_conn_decides_by_quorum(const RedisConn *conn);
 extern int	redis_conn_drift_ms(const RedisConn *conn, int ttl_ms);
