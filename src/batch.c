@@ -34,10 +34,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "access/xact.h"
 #include "miscadmin.h"
-#include "utils/builtins.h"
-#include "utils/memutils.h"
 
 #include "topology.h"
 
