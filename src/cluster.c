@@ -426,14 +426,18 @@ cluster_node_slots(RedisConn *conn, int nodeindex)
 
 const RedisTopology cluster_topology = {
 	.init = cluster_init,
+	.masters = cluster_masters,
+	.node_slots = cluster_node_slots,
+
+	/* the slot map, asked of the nodes */
 	.must_ask = cluster_must_ask,
 	.next_question = cluster_next_question,
 	.take_answer = cluster_take_answer,
+
+	/* a call goes to its slot's master, or where a redirection says */
 	.node_for_key = cluster_node_for_key,
 	.follow_redirect = cluster_follow_redirect,
 	.lost_node = cluster_lost_node,
-	.masters = cluster_masters,
-	.node_slots = cluster_node_slots,
 	.nodes_replaced = true,
 	.one_counter = true,
 };

@@ -269,11 +269,15 @@ redlock_masters(RedisConn *conn, RedisNode ***masters)
 const RedisTopology redlock_topology = {
 	.init = redlock_init,
 	.masters = redlock_masters,
+	.drift_ms = redlock_drift_ms,
+
+	/* a call is a copy on each master */
 	.expand = redlock_expand,
 	.start_round = redlock_start_round,
+
+	/* and the copies' answers are counted, to a quorum */
 	.note_reply = redlock_note_reply,
 	.note_failure = redlock_note_failure,
 	.copy_is_moot = redlock_copy_is_moot,
 	.decide = redlock_decide,
-	.drift_ms = redlock_drift_ms,
 };

@@ -196,12 +196,16 @@ sentinel_lost_node(RedisConn *conn)
 
 const RedisTopology sentinel_topology = {
 	.init = sentinel_init,
+	.masters = redis_conn_one_master,
+
+	/* the master, asked of the Sentinels */
 	.must_ask = sentinel_must_ask,
 	.next_question = sentinel_next_question,
 	.take_answer = sentinel_take_answer,
+
+	/* every call goes to the master */
 	.node_for_key = sentinel_node_for_key,
 	.lost_node = sentinel_lost_node,
-	.masters = redis_conn_one_master,
 	.nodes_replaced = true,
 	.one_counter = true,
 };
