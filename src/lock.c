@@ -376,8 +376,6 @@ add_lock_keys(RedisCall *call, const HeldLock *lock)
 static char *token_backend = NULL;
 static char *token_random = NULL;
 
-void		_PG_init(void);
-
 /*
  * The owner token of this backend's locks on a foreign server: random bytes
  * from pg_strong_random, so nobody can guess it, prefixed by host, port, pid
