@@ -574,7 +574,7 @@ redis_conn_masters(RedisConn *conn, RedisNode ***masters)
 {
 	if (conn->topology->must_ask != NULL && conn->topology->must_ask(conn))
 		ask_topology(conn, redis_command_deadline(), ERROR);
-	return conn->topology->masters(conn, masters);
+	return redis_conn_known_masters(conn, masters);
 }
 
 /*
@@ -603,7 +603,7 @@ redis_connect(RedisConn *conn, const char *key, int keylen, int slot)
 	route_calls(&pcall, 1, deadline, ERROR);
 	run.node = call.node;
 	if (!prepare_node(&run, &deadline, ERROR) &&
-		run.failure == RUN_NOT_CONNECTED && conn->topology->nodes_replaced)
+		run.failure == RUN_NOT_CONNECTED && redis_conn_learns_nodes(conn))
 	{
 		redis_conn_lost_node(conn);
 		call.node = NULL;
@@ -910,7 +910,7 @@ reroute_unreachable(NodeRun *runs, int nruns, bool *rerouted)
 	for (i = 0; i < nruns; i++)
 	{
 		if (runs[i].failure != RUN_NOT_CONNECTED ||
-			!runs[i].node->conn->topology->nodes_replaced)
+			!redis_conn_learns_nodes(runs[i].node->conn))
 			continue;
 		for (j = 0; j < runs[i].nwanted; j++)
 			if (runs[i].wanted[j]->node_given)
@@ -1011,7 +1011,7 @@ send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 	if (redis_follow_redirect(call))
 		return true;
 	if (redis_reply_is_error(call, "READONLY") &&
-		call->conn->topology->nodes_replaced && !call->node_given)
+		redis_conn_learns_nodes(call->conn) && !call->node_given)
 	{
 		call->node = NULL;		/* ask again where the master is */
 		return true;

@@ -360,13 +360,6 @@ cluster_follow_redirect(RedisCall *call)
 	return true;
 }
 
-/* A node failed or said it cannot serve: the slot map may have changed */
-static void
-cluster_lost_node(RedisConn *conn)
-{
-	conn->map_stale = true;
-}
-
 /* The masters that serve slots, as the map says.  Returns their number. */
 static int
 cluster_masters(RedisConn *conn, RedisNode ***masters)
@@ -437,7 +430,4 @@ const RedisTopology cluster_topology = {
 	/* a call goes to its slot's master, or where a redirection says */
 	.node_for_key = cluster_node_for_key,
 	.follow_redirect = cluster_follow_redirect,
-	.lost_node = cluster_lost_node,
-	.nodes_replaced = true,
-	.one_counter = true,
 };

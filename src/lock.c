@@ -672,33 +672,27 @@ renew_held_lock(HeldLock *lock, int ttl_ms, int elevel)
 	return true;
 }
 
+/*
+ * A lease (ttl_ms), which must be positive, or a wait (wait_ms), which may
+ * also be 0 (do not wait) or -1 (no limit)
+ */
 static int
-validated_ttl(FunctionCallInfo fcinfo, int argno)
+validated_ms(FunctionCallInfo fcinfo, int argno, bool is_wait)
 {
-	int			ttl_ms;
+	int			ms;
 
-	require_argument(fcinfo, argno, "ttl_ms");
-	ttl_ms = PG_GETARG_INT32(argno);
-	if (ttl_ms <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl_ms must be greater than zero: %d", ttl_ms)));
-	return ttl_ms;
-}
-
-static int
-validated_wait(FunctionCallInfo fcinfo, int argno)
-{
-	int			wait_ms;
-
-	require_argument(fcinfo, argno, "wait_ms");
-	wait_ms = PG_GETARG_INT32(argno);
-	if (wait_ms < -1)
+	require_argument(fcinfo, argno, is_wait ? "wait_ms" : "ttl_ms");
+	ms = PG_GETARG_INT32(argno);
+	if (is_wait && ms < -1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("wait_ms must be -1 (no limit), 0 (no wait) or a number of milliseconds: %d",
-						wait_ms)));
-	return wait_ms;
+						ms)));
+	if (!is_wait && ms <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl_ms must be greater than zero: %d", ms)));
+	return ms;
 }
 
 /*
@@ -728,8 +722,8 @@ lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
 static bool
 acquire_lock(FunctionCallInfo fcinfo, bool session)
 {
-	int			ttl_ms = validated_ttl(fcinfo, 1);
-	int			wait_ms = validated_wait(fcinfo, 2);
+	int			ttl_ms = validated_ms(fcinfo, 1, false);
+	int			wait_ms = validated_ms(fcinfo, 2, true);
 	RedisConn  *conn;
 	char	   *rkey;
 	int			rkeylen;
@@ -899,7 +893,7 @@ redis_lock_release_all(PG_FUNCTION_ARGS)
 Datum
 redis_lock_extend(PG_FUNCTION_ARGS)
 {
-	int			ttl_ms = validated_ttl(fcinfo, 1);
+	int			ttl_ms = validated_ms(fcinfo, 1, false);
 	RedisConn  *conn;
 	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, NULL, NULL);
 

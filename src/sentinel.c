@@ -176,36 +176,11 @@ sentinel_take_answer(RedisConn *conn, RedisQuestion *question)
 		asking->candidate = master;
 }
 
-/*
- * Every key is the master's, the one last named; a Sentinel while none
- * was, whose error reply then tells
- */
-static RedisNode *
-sentinel_node_for_key(RedisConn *conn, const char *key, size_t len,
-					  int *slot)
-{
-	return conn->nodes[Max(conn->master_index, 0)];
-}
-
-/* The master failed or said it cannot serve: ask the Sentinels again */
-static void
-sentinel_lost_node(RedisConn *conn)
-{
-	conn->map_stale = true;
-}
-
 const RedisTopology sentinel_topology = {
 	.init = sentinel_init,
-	.masters = redis_conn_one_master,
 
 	/* the master, asked of the Sentinels */
 	.must_ask = sentinel_must_ask,
 	.next_question = sentinel_next_question,
 	.take_answer = sentinel_take_answer,
-
-	/* every call goes to the master */
-	.node_for_key = sentinel_node_for_key,
-	.lost_node = sentinel_lost_node,
-	.nodes_replaced = true,
-	.one_counter = true,
 };

@@ -68,7 +68,7 @@ PG_FUNCTION_INFO_V1(redis_stock_delete);
 void
 stock_require_counter_server(const RedisConn *conn)
 {
-	if (!conn->topology->one_counter)
+	if (redis_conn_decides_by_quorum(conn))
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("Redis stock is not supported on Redlock server \"%s\"",
@@ -128,6 +128,18 @@ prepare_stock_call(FunctionCallInfo fcinfo, RedisCall *call,
 	*key_out = rkey + strlen(conn->key_prefix);
 }
 
+/*
+ * Does an error reply say this?  Our scripts answer with the code; Redis's
+ * own INCRBY/DECRBY, run by the plain commands, say it in words.
+ */
+static bool
+stock_reply_says(const RedisCall *call, const char *code, const char *words)
+{
+	return redis_reply_is_error(call, code) ||
+		(call->reply_type == REDIS_REPLY_ERROR &&
+		 strstr(call->str, words) != NULL);
+}
+
 /* Turn an error reply about a stock key into the matching PostgreSQL error */
 static void
 report_stock_error(const RedisCall *call, const char *key)
@@ -140,17 +152,13 @@ report_stock_error(const RedisCall *call, const char *key)
 				 errdetail("Key \"%s\" is absent at %s.",
 						   call->argv[0], call->node->endpoint),
 				 errhint("Create it with redis_stock_set().")));
-	if (redis_reply_is_error(call, "OVERFLOW") ||
-		(call->reply_type == REDIS_REPLY_ERROR &&
-		 strstr(call->str, "would overflow") != NULL))
+	if (stock_reply_says(call, "OVERFLOW", "would overflow"))
 		ereport(ERROR,
 				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
 				 errmsg("Redis stock \"%s\" on server \"%s\" would overflow",
 						key, call->conn->servername),
 				 errdetail("Redis answered: %s", call->str)));
-	if (redis_reply_is_error(call, "NOTINT") ||
-		(call->reply_type == REDIS_REPLY_ERROR &&
-		 strstr(call->str, "not an integer") != NULL))
+	if (stock_reply_says(call, "NOTINT", "not an integer"))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
 				 errmsg("Redis stock \"%s\" on server \"%s\" does not hold an integer",

@@ -34,17 +34,14 @@ single_init(RedisConn *conn, const RedisServerOptions *opts)
  * server's node, or the master a Sentinel server's Sentinels named last
  * (master_index, 0 until then)
  */
-int
-redis_conn_one_master(RedisConn *conn, RedisNode ***masters)
+static RedisNode **
+one_master(RedisConn *conn)
 {
-	*masters = &conn->nodes[Max(conn->master_index, 0)];
-	return 1;
+	return &conn->nodes[Max(conn->master_index, 0)];
 }
 
 const RedisTopology single_topology = {
 	.init = single_init,
-	.masters = redis_conn_one_master,
-	.one_counter = true,
 };
 
 /*
@@ -82,12 +79,16 @@ call_key(const RedisCall *call, const char **key, size_t *len)
 	return true;
 }
 
-/* The node that serves a key now, keeping its slot in *slot if asked */
+/*
+ * The node that serves a key now, keeping its slot in *slot if asked.  A
+ * server whose keys all live on one node serves them on its one master (on
+ * a Sentinel while none was named, whose error reply then tells).
+ */
 static RedisNode *
 node_for_key(RedisConn *conn, const char *key, size_t len, int *slot)
 {
 	if (conn->topology->node_for_key == NULL)
-		return conn->nodes[0];
+		return *one_master(conn);
 	return conn->topology->node_for_key(conn, key, len, slot);
 }
 
@@ -126,6 +127,18 @@ redis_key_endpoint(RedisConn *conn, const char *key, int keylen)
 	return node_for_key(conn, key, keylen, &slot)->endpoint;
 }
 
+/* The masters of a server, each once, as last known: their number */
+int
+redis_conn_known_masters(RedisConn *conn, RedisNode ***masters)
+{
+	if (conn->topology->masters == NULL)
+	{
+		*masters = one_master(conn);
+		return 1;
+	}
+	return conn->topology->masters(conn, masters);
+}
+
 /* Send a call where its MOVED or ASK reply says, if its server has those */
 bool
 redis_follow_redirect(RedisCall *call)
@@ -134,12 +147,14 @@ redis_follow_redirect(RedisCall *call)
 		call->conn->topology->follow_redirect(call);
 }
 
-/* A node failed or said it cannot serve: where calls go may have changed */
+/*
+ * A node failed or said it cannot serve: where calls go may have changed,
+ * and a server that learns it by asking asks again before the next call
+ */
 void
 redis_conn_lost_node(RedisConn *conn)
 {
-	if (conn->topology->lost_node != NULL)
-		conn->topology->lost_node(conn);
+	conn->map_stale = true;
 }
 
 /*
@@ -150,6 +165,17 @@ bool
 redis_conn_decides_by_quorum(const RedisConn *conn)
 {
 	return conn->topology->decide != NULL;
+}
+
+/*
+ * Does the server learn its nodes by asking (a slot map, a master)?  Then
+ * a node that cannot be reached, or says READONLY, may have been replaced,
+ * and its calls are routed afresh.
+ */
+bool
+redis_conn_learns_nodes(const RedisConn *conn)
+{
+	return conn->topology->must_ask != NULL;
 }
 
 /* The clock drift that a lease of ttl_ms on this server must outlast */

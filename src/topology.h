@@ -139,14 +139,15 @@ typedef struct RedisTopology
 								  int elevel);
 	/* learn from the answer; question->known once where calls go is */
 	void		(*take_answer) (RedisConn *conn, RedisQuestion *question);
-	/* the node that serves key; *slot keeps its hash slot, -1 until known */
+	/*
+	 * the node that serves key, keeping its hash slot in *slot (-1 until
+	 * known); NULL when every key is on the one master
+	 */
 	RedisNode  *(*node_for_key) (RedisConn *conn, const char *key,
 								 size_t len, int *slot);
 	/* send a call where its MOVED or ASK reply says; false for others */
 	bool		(*follow_redirect) (RedisCall *call);
-	/* a node failed or said it cannot serve: ask again before next use */
-	void		(*lost_node) (RedisConn *conn);
-	/* the masters, each once, as last known */
+	/* the masters, each once, as last known; NULL when there is one */
 	int			(*masters) (RedisConn *conn, RedisNode ***masters);
 	/* the slots a node serves, as text, or NULL */
 	char	   *(*node_slots) (RedisConn *conn, int nodeindex);
@@ -165,11 +166,6 @@ typedef struct RedisTopology
 	bool		(*decide) (RedisCall *call, int elevel);
 	/* the clock drift that a lease of ttl_ms must outlast */
 	int			(*drift_ms) (int ttl_ms);
-
-	bool		nodes_replaced; /* a node that cannot be reached, or says
-								 * READONLY, may have been replaced: its
-								 * calls are routed afresh */
-	bool		one_counter;	/* one node counts for the server (stock) */
 } RedisTopology;
 
 extern const RedisTopology single_topology;
@@ -184,9 +180,10 @@ extern void redis_route_calls(RedisCall **calls, int ncalls);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
 extern void redis_conn_lost_node(RedisConn *conn);
-extern int	redis_conn_one_master(RedisConn *conn, RedisNode ***masters);
+extern int	redis_conn_known_masters(RedisConn *conn, RedisNode ***masters);
 extern bool redis_follow_redirect(RedisCall *call);
 extern bool redis_conn_decides_by_quorum(const RedisConn *conn);
+extern bool redis_conn_learns_nodes(const RedisConn *conn);
 extern int	redis_conn_drift_ms(const RedisConn *conn, int ttl_ms);
 extern RedisCall **redis_expand_calls(RedisCall *calls, int ncalls,
 									  int *npending);
