@@ -21,9 +21,9 @@
  * A transaction ID names one transaction only within one history.  PITR, a
  * promoted standby and a copy of the data directory keep the system
  * identifier while their transaction IDs go their own ways, so only records
- * of this cluster's current timeline are decided, and only for IDs it has
- * assigned.  The rest are left in Redis and reported.  Records of other
- * clusters sharing the Redis are not touched.
+ * of this cluster's current timeline are decided (those of 1.1 only for IDs
+ * it has assigned).  The rest are left in Redis and reported.  Records of
+ * other clusters sharing the Redis are not touched.
  *
  *-------------------------------------------------------------------------
  */
@@ -41,10 +41,10 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "storage/procarray.h"
-#include "utils/snapmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
@@ -323,6 +323,18 @@ settle_done(RecoverRun *run, RedisCall *call, FoundRecord *record)
 		: psprintf("a reply of type %d", call->reply_type);
 }
 
+/* Is any of the records (FoundRecord) that of a committed decrement? */
+static bool
+any_committed(List *records)
+{
+	ListCell   *lc;
+
+	foreach(lc, records)
+		if (strcmp(((FoundRecord *) lfirst(lc))->outcome, "committed") == 0)
+			return true;
+	return false;
+}
+
 /*
  * Settle records: give back those of transactions that did not commit,
  * clear those of committed ones, in one round trip.  A commit may not be
@@ -338,16 +350,8 @@ settle_records(RecoverRun *run, List *records)
 	ListCell   *lc;
 	int			i;
 
-	foreach(lc, records)
-	{
-		FoundRecord *record = lfirst(lc);
-
-		if (strcmp(record->outcome, "committed") == 0)
-		{
-			XLogFlush(GetXLogInsertRecPtr());
-			break;
-		}
-	}
+	if (any_committed(records))
+		XLogFlush(GetXLogInsertRecPtr());
 
 	foreach(lc, records)
 	{
