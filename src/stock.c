@@ -603,17 +603,16 @@ queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
 }
 
 /*
- * Clear the records of committed decrements, taken from the list head.
- * Nobody waits for the replies: the commands cost no round trip at commit,
- * and their replies are dropped at the connection's next use.
+ * Clear the records of the committed decrements of the list head.  Nobody
+ * waits for the replies: the commands cost no round trip at commit, and
+ * their replies are dropped at the connection's next use.
  */
 static void
-clear_committed_records(dlist_head *head)
+send_clears(dlist_head *head)
 {
 	RedisCall  *calls;
 	int			ncalls = 0;
 	dlist_iter	iter;
-	dlist_mutable_iter miter;
 
 	dlist_foreach(iter, head)
 		ncalls++;
@@ -628,8 +627,7 @@ clear_committed_records(dlist_head *head)
 								&decrement->keys, decrement->op_id);
 	}
 	redis_send_deferred(calls, ncalls);
-	dlist_foreach_modify(miter, head)
-		forget_decrement(dlist_container(PendingDecrement, node, miter.cur));
+	pfree(calls);
 }
 
 /*
@@ -670,7 +668,8 @@ await_flush(dlist_head *head)
 
 /*
  * Clear the records of committed decrements whose commit WAL has been
- * flushed since; those still waiting stay for a later end.
+ * flushed since, and free what await_flush() copied; those still waiting
+ * stay for a later end.
  */
 static void
 clear_flushed_records(void)
@@ -692,10 +691,21 @@ clear_flushed_records(void)
 		dlist_delete(&decrement->node);
 		dlist_push_tail(&durable, &decrement->node);
 	}
-	if (!dlist_is_empty(&durable))
-		clear_committed_records(&durable);
-	if (dlist_is_empty(&awaiting_flush))
-		MemoryContextReset(awaiting_flush_cxt);
+	if (dlist_is_empty(&durable))
+		return;
+	send_clears(&durable);
+	dlist_foreach_modify(iter, &durable)
+	{
+		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
+													  iter.cur);
+
+		forget_decrement(decrement);
+		pfree(decrement->keys.stock);
+		pfree(decrement->keys.records);
+		pfree(decrement->keys.buyers);
+		pfree(decrement->op_id);
+		pfree(decrement);
+	}
 }
 
 /*
@@ -715,7 +725,12 @@ stock_end_xact(RedisBatch *batch, bool commit)
 	if (commit && !dlist_is_empty(&pending))
 	{
 		if (XactLastCommitEnd <= GetFlushRecPtr(NULL))
-			clear_committed_records(&pending);
+		{
+			send_clears(&pending);
+			dlist_foreach_modify(iter, &pending)
+				forget_decrement(dlist_container(PendingDecrement, node,
+												 iter.cur));
+		}
 		else
 			await_flush(&pending);
 	}
