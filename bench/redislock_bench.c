@@ -12,8 +12,8 @@
  * owner token to release.  bench_floor_stock_decr runs the least a correct
  * decrement must do, check and take in one script, and keeps no record of
  * the operation.  bench_floor_durable_stock_decr first makes the
- * transaction's ID durable as redislock does before a decrement, so that the
- * cost of that step can be told from the cost of the records.  There is one
+ * transaction's ID durable as redislock 1.1 did before a decrement, so that
+ * the cost of that step can be told from the cost of the records.  There is one
  * plain hiredis connection per backend, opened on first use to
  * redislock_bench.host and redislock_bench.port, and no catalog access,
  * privilege check, hold counting, give-back record or transaction hook: what
@@ -282,7 +282,7 @@ bench_floor_stock_decr(PG_FUNCTION_ARGS)
 
 /*
  * bench_floor_durable_stock_decr(key, qty): the same, after the step that
- * redislock takes before a decrement reaches Redis: the transaction ID is
+ * redislock 1.1 took before a decrement reached Redis: the transaction ID is
  * assigned, carried by a small WAL record that is flushed, and the commit is
  * made synchronous.
  */

@@ -6,18 +6,24 @@
  *
  * Every decrement leaves a record beside its stock, named after this
  * PostgreSQL cluster's system identifier, its timeline, the ID of the
- * (sub)transaction that made it and a number.  That ID was durable before
- * the decrement reached Redis, so PostgreSQL knows its fate, also after a
- * crash: the records of committed transactions are cleared, those of
- * transactions that did not commit are given back (units and buyer), and
- * those still in progress are left.
+ * (sub)transaction that made it and a number unique to it.  A decrement
+ * that took units wrote a row under the same id in the same
+ * (sub)transaction (decisions.c), so once that transaction has ended, the
+ * row is there if and only if it committed: the records of committed
+ * decrements are cleared, once their commit is durable; those of
+ * decrements that did not commit are given back (units and buyer); those
+ * of transactions still running are left.  The transaction ID only says
+ * whose end to wait for: an ID handed out again after a crash, to a
+ * transaction still running, only delays the verdict.  Records of 1.1,
+ * whose transaction ID was made durable first, are decided by that
+ * transaction's status.  Rows whose records are gone are deleted.
  *
  * A transaction ID names one transaction only within one history.  PITR, a
  * promoted standby and a copy of the data directory keep the system
  * identifier while their transaction IDs go their own ways, so only records
- * of this cluster's current timeline are decided, and only for IDs it has
- * assigned.  The rest are left in Redis and reported.  Records of other
- * clusters sharing the Redis are not touched.
+ * of this cluster's current timeline are decided (those of 1.1 only for IDs
+ * it has assigned).  The rest are left in Redis and reported.  Records of
+ * other clusters sharing the Redis are not touched.
  *
  *-------------------------------------------------------------------------
  */
@@ -27,14 +33,18 @@
 
 #include <hiredis/hiredis.h>
 
+#include "access/heapam.h"
+#include "access/table.h"
 #include "access/transam.h"
 #include "access/xlog.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
@@ -42,6 +52,9 @@
 
 /* Keys looked at per SCAN */
 #define SCAN_COUNT	"1000"
+
+/* Rows whose records are looked for in one round trip */
+#define PURGE_BATCH	1000
 
 /* One record found, and what is done with it */
 typedef struct FoundRecord
@@ -52,7 +65,8 @@ typedef struct FoundRecord
 	FullTransactionId fxid;
 	int64		qty;
 	char	   *buyer;			/* NULL when none */
-	const char *outcome;		/* see redis_stock_recover() */
+	const char *outcome;		/* see redis_stock_recover(); NULL while its
+								 * row is still to be looked for */
 } FoundRecord;
 
 /* What one run decides by, and what it could not settle */
@@ -60,6 +74,7 @@ typedef struct RecoverRun
 {
 	ReturnSetInfo *rsinfo;
 	RedisConn  *conn;
+	Relation	decisions;		/* redis_stock_decrements */
 	int			prefixlen;
 	uint64		sysid;
 	TimeLineID	tli;			/* this cluster's timeline */
@@ -180,13 +195,33 @@ parse_record(const char *field, const char *value, uint64 sysid,
 }
 
 /*
- * Decide a record by what this cluster knows of its transaction, when its
- * transaction ID names one of this cluster's.  On another timeline (left
- * by PITR or a promotion, or branched off this one) the same ID may belong
- * to another transaction, and a transaction in progress where the
- * histories split may have ended otherwise on the other side.  An ID not
- * assigned yet was assigned by another history: a copy of this cluster, or
- * one it went back from.  Such records are left, not decided on a guess.
+ * Might the (sub)transaction fxid still be running?  Not if its ID has not
+ * been handed out here (since a crash that lost it, say), nor if it is 2^31
+ * or more behind the next one: it is long over, and its 32 bits may name a
+ * running transaction now.
+ */
+static bool
+writer_may_run(FullTransactionId fxid)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+
+	return FullTransactionIdPrecedes(fxid, next) &&
+		U64FromFullTransactionId(next) - U64FromFullTransactionId(fxid) <
+		(UINT64CONST(1) << 31) &&
+		TransactionIdIsInProgress(XidFromFullTransactionId(fxid));
+}
+
+/*
+ * Decide a record as far as its transaction ID allows.  Only records of
+ * this cluster's timeline are decided: on another one (left by PITR or a
+ * promotion, or branched off this one) the same ID may belong to another
+ * transaction, and a transaction in progress where the histories split may
+ * have ended otherwise on the other side.  A record of 1.1 is decided by
+ * its transaction's status, which an ID not assigned here yet does not
+ * have ("future").  A record of 1.2 is "in progress" while its writer may
+ * run, and is decided by its row after that (NULL): a writer whose ID is
+ * beyond the next one here is not running either, it is one whose ID a
+ * crash lost before any WAL of it was flushed, and it did not commit.
  */
 static const char *
 decide_record(const RecoverRun *run, const FoundRecord *record)
@@ -195,9 +230,41 @@ decide_record(const RecoverRun *run, const FoundRecord *record)
 		return "unknown timeline";
 	if (record->tli != 0 && record->tli != run->tli)
 		return "other timeline";
-	if (!FullTransactionIdPrecedes(record->fxid, ReadNextFullTransactionId()))
-		return "future";
-	return transaction_outcome(record->fxid);
+	if (record->tli == 0)
+		return FullTransactionIdPrecedes(record->fxid,
+										 ReadNextFullTransactionId())
+			? transaction_outcome(record->fxid) : "future";
+	if (writer_may_run(record->fxid))
+		return "in progress";
+	return NULL;
+}
+
+/*
+ * Decide the records whose writers had ended by their rows.  The snapshot
+ * is taken after every writer was found to have ended, so a writer that
+ * committed before that is seen committed: PostgreSQL marks a transaction
+ * committed before it stops counting as running.
+ */
+static void
+decide_by_rows(const RecoverRun *run, List *records)
+{
+	Snapshot	snapshot = NULL;
+	ListCell   *lc;
+
+	foreach(lc, records)
+	{
+		FoundRecord *record = lfirst(lc);
+
+		if (record->outcome != NULL)
+			continue;
+		if (snapshot == NULL)
+			snapshot = RegisterSnapshot(GetLatestSnapshot());
+		record->outcome = stock_decision_exists(run->decisions, snapshot,
+												record->fxid, record->field)
+			? "committed" : "aborted";
+	}
+	if (snapshot != NULL)
+		UnregisterSnapshot(snapshot);
 }
 
 /*
@@ -256,9 +323,24 @@ settle_done(RecoverRun *run, RedisCall *call, FoundRecord *record)
 		: psprintf("a reply of type %d", call->reply_type);
 }
 
+/* Is any of the records (FoundRecord) that of a committed decrement? */
+static bool
+any_committed(List *records)
+{
+	ListCell   *lc;
+
+	foreach(lc, records)
+		if (strcmp(((FoundRecord *) lfirst(lc))->outcome, "committed") == 0)
+			return true;
+	return false;
+}
+
 /*
  * Settle records: give back those of transactions that did not commit,
- * clear those of committed ones, in one round trip.
+ * clear those of committed ones, in one round trip.  A commit may not be
+ * durable yet (synchronous_commit = off), and a record cleared before it is
+ * could outlive the commit if a crash undid it, so WAL is flushed first, as
+ * far as it was written.
  */
 static void
 settle_records(RecoverRun *run, List *records)
@@ -267,6 +349,9 @@ settle_records(RecoverRun *run, List *records)
 	int			ncalls = 0;
 	ListCell   *lc;
 	int			i;
+
+	if (any_committed(records))
+		XLogFlush(GetXLogInsertRecPtr());
 
 	foreach(lc, records)
 	{
@@ -353,10 +438,78 @@ recover_node(RecoverRun *run, RedisNode *node, const char *pattern)
 		for (i = 1; i < scan.nelements; i++)
 			collect_records(run, &reads[i - 1], scan.elements[i], &records);
 
+		decide_by_rows(run, records);
 		settle_records(run, records);
 		foreach(lc, records)
 			put_record_row(run, lfirst(lc));
 	} while (strcmp(cursor, "0") != 0);
+}
+
+/*
+ * Look for the records of up to PURGE_BATCH rows in one round trip, and
+ * delete the rows whose records are gone.  A record never comes back once
+ * gone: the decrement that wrote it had run before its row committed, and
+ * operation ids are never used twice.  With min_replicas, a record counts
+ * as gone only once that many replicas have seen it go, so that a failover
+ * cannot bring back a record whose row was deleted.
+ */
+static void
+purge_batch(RecoverRun *run, StockDecision **rows, int nrows)
+{
+	int			per_row = run->conn->min_replicas > 0 ? 2 : 1;
+	RedisCall  *calls = palloc(sizeof(RedisCall) * nrows * per_row);
+	int			i;
+
+	for (i = 0; i < nrows; i++)
+	{
+		RedisCall  *call = &calls[i * per_row];
+
+		redis_call_init(call, run->conn, NULL);
+		call->slot = redis_key_slot(rows[i]->records, rows[i]->recordslen);
+		redis_call_arg(call, "HEXISTS", 7);
+		redis_call_arg(call, rows[i]->records, rows[i]->recordslen);
+		redis_call_arg(call, rows[i]->op_id, strlen(rows[i]->op_id));
+		if (per_row > 1)
+			redis_call_wait_replicas(&calls[i * per_row + 1], call);
+	}
+	redis_run(calls, nrows * per_row);
+	for (i = 0; i < nrows; i++)
+	{
+		RedisCall  *call = &calls[i * per_row];
+
+		if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0 &&
+			(per_row == 1 || redis_replicas_acknowledged(call + 1)))
+			simple_heap_delete(run->decisions, &rows[i]->tid);
+	}
+	pfree(calls);
+}
+
+/*
+ * Delete the rows of this server whose records are gone from Redis: those
+ * of decrements settled at commit or here.  Rows are read with a snapshot
+ * taken after the records were settled.  Runs of recover wait for each
+ * other (the table's lock), so no row is deleted twice.
+ */
+static void
+purge_decisions(RecoverRun *run)
+{
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	List	   *rows = stock_decisions_of_server(run->decisions, snapshot,
+												 run->conn->serverid);
+	StockDecision **batch = palloc(sizeof(StockDecision *) * PURGE_BATCH);
+	int			nbatch = 0;
+	ListCell   *lc;
+
+	UnregisterSnapshot(snapshot);
+	foreach(lc, rows)
+	{
+		batch[nbatch++] = lfirst(lc);
+		if (nbatch == PURGE_BATCH || lnext(rows, lc) == NULL)
+		{
+			purge_batch(run, batch, nbatch);
+			nbatch = 0;
+		}
+	}
 }
 
 /*
@@ -419,6 +572,8 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 	run.legacy_tli = legacy_timeline(fcinfo->flinfo->fn_oid);
 
 	stock_require_counter_server(run.conn);
+	run.decisions = stock_decisions_open(fcinfo->flinfo->fn_oid,
+										 ShareUpdateExclusiveLock);
 	InitMaterializedSRF(fcinfo, 0);
 	pattern = redis_sibling_pattern(run.conn->key_prefix,
 									REDIS_SIBLING_RECORDS);
@@ -427,5 +582,7 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 	for (i = 0; i < nmasters; i++)
 		recover_node(&run, masters[i], pattern);
 	report_failed_settles(&run);
+	purge_decisions(&run);
+	table_close(run.decisions, NoLock);
 	return (Datum) 0;
 }

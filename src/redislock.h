@@ -11,6 +11,8 @@
  *		redislock.c			the entry point: settings, callbacks
  *		lock.c, stock.c,	the SQL functions: what to do with which keys;
  *		recover.c, xact.c	the transaction story and its ends
+ *		decisions.c			the rows that make a decrement's commit its
+ *							decision
  *		connection.c,		the connection cache: foreign server and user,
  *		option.c			and their options
  *		args.c, keys.c,		SQL arguments, key layout, the Lua scripts
@@ -33,8 +35,13 @@
 #ifndef REDISLOCK_H
 #define REDISLOCK_H
 
+#include "access/transam.h"
 #include "access/xlogdefs.h"
 #include "fmgr.h"
+#include "storage/itemptr.h"
+#include "storage/lockdefs.h"
+#include "utils/relcache.h"
+#include "utils/snapshot.h"
 
 #include "topology.h"
 
@@ -121,6 +128,27 @@ extern TimeLineID stock_current_timeline(void);
 extern bool stock_has_pending(void);
 extern void stock_end_xact(RedisBatch *batch, bool commit);
 extern void stock_end_subxact(RedisBatch *batch, int level, bool commit);
+
+/*
+ * A row of redis_stock_decrements, as the purge of rows whose records are
+ * gone reads it (decisions.c)
+ */
+typedef struct StockDecision
+{
+	ItemPointerData tid;
+	char	   *op_id;
+	char	   *records;		/* the Redis key of the item's records */
+	int			recordslen;
+} StockDecision;
+
+extern Relation stock_decisions_open(Oid fn_oid, LOCKMODE lockmode);
+extern void stock_decision_insert(Relation rel, FullTransactionId fxid,
+								  const char *op_id, Oid serverid,
+								  const char *records, int recordslen);
+extern bool stock_decision_exists(Relation rel, Snapshot snapshot,
+								  FullTransactionId fxid, const char *op_id);
+extern List *stock_decisions_of_server(Relation rel, Snapshot snapshot,
+									   Oid serverid);
 
 extern void redislock_init_xact(void);
 

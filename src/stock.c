@@ -8,8 +8,11 @@
  * under an operation id.  The backend remembers each decrement, from before
  * it is sent, until its transaction ends: if the transaction, or the
  * savepoint the decrement was made in, rolls back, the units are given back
- * by that id, which is exact even when the decrement's reply was lost; at
- * commit the record is cleared.
+ * by that id, which is exact even when the decrement's reply was lost.  A
+ * decrement that took units also writes a row in the same (sub)transaction
+ * (decisions.c), which commits or vanishes with it: that is what
+ * redis_stock_recover() decides by when the backend could not.  Once the
+ * commit is durable, the record is cleared.
  *
  *-------------------------------------------------------------------------
  */
@@ -19,12 +22,15 @@
 
 #include <hiredis/hiredis.h>
 
+#include "access/table.h"
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "fmgr.h"
-#include "replication/message.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/timeout.h"
 
 #include "redislock.h"
 
@@ -36,24 +42,46 @@ typedef struct PendingDecrement
 	StockKeys	keys;
 	char	   *buyer;			/* NULL when purchases are not per buyer */
 	char	   *op_id;			/* this decrement's record */
+	FullTransactionId xid;		/* the (sub)transaction that made it */
 	int64		qty;
 	int			level;			/* subtransaction nesting level */
+	XLogRecPtr	commit_end;		/* once committed: the end of the commit */
 } PendingDecrement;
 
-/* Numbers this backend's operations within a transaction ID */
-static uint64 op_counter = 0;
+/*
+ * The number of this backend's next operation.  It starts at a random
+ * point, so that operation ids differ also between two transactions with
+ * one ID: one whose ID never reached WAL before a crash, and the one that
+ * is given that ID again after it.
+ */
+static uint64 op_number = 0;
 
-/* The last transaction ID made durable for a decrement */
-static FullTransactionId durable_xid = {0};
+/* The (sub)transaction whose operation ids op_id_start begins */
+static FullTransactionId op_id_xid = {0};
 
 /*
- * "<system identifier>:<timeline>:<transaction ID>:" for durable_xid: the
+ * "<system identifier>:<timeline>:<transaction ID>:" for op_id_xid: the
  * start of the operation ids of its decrements, made once per transaction
  */
 static char op_id_start[64];
 
+/*
+ * How long a transaction may stay open after a decrement before the WAL
+ * that carries its transaction ID is written out, and the timeout that
+ * asks the WAL writer to do it (MAX_TIMEOUTS until registered)
+ */
+#define OPEN_DECREMENT_WAL_MS	10
+static TimeoutId open_decrement_timeout = MAX_TIMEOUTS;
+
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
 static dlist_head pending = DLIST_STATIC_INIT(pending);
+
+/*
+ * Committed decrements whose records wait for the commit to be durable
+ * (synchronous_commit = off), oldest commit first, in awaiting_flush_cxt
+ */
+static dlist_head awaiting_flush = DLIST_STATIC_INIT(awaiting_flush);
+static MemoryContext awaiting_flush_cxt = NULL;
 
 PG_FUNCTION_INFO_V1(redis_stock_set);
 PG_FUNCTION_INFO_V1(redis_stock_get);
@@ -324,33 +352,31 @@ stock_current_timeline(void)
 }
 
 /*
- * The start of the operation ids of the current (sub)transaction's
- * decrements, "<system identifier>:<timeline>:<transaction ID>:".  The
- * transaction ID is assigned if need be and made durable before any
- * decrement carrying it reaches Redis.  A decrement's record names it, and
- * redis_stock_recover() judges the record by that transaction's fate on the
- * timeline named; an ID that never reached WAL could be handed out again
- * after a crash, and the record would then be judged by another
- * transaction.  A small WAL record carries the ID and is flushed; the
- * commit is made synchronous too, so that a transaction whose only work
- * was a decrement stays committed across a crash.
+ * The operation id of a decrement by the current (sub)transaction,
+ * "<system identifier>:<timeline>:<transaction ID>:<number>".  The
+ * transaction ID is assigned if need be; it tells redis_stock_recover()
+ * whose end to wait for, and the timeline on which that ID means this
+ * transaction.  The number makes the id unique: an ID that had not reached
+ * WAL may be handed out again after a crash.
  */
-static const char *
-operation_id_start(void)
+static char *
+operation_id(void)
 {
 	FullTransactionId fxid = GetCurrentFullTransactionId();
 
-	if (!FullTransactionIdEquals(fxid, durable_xid))
+	if (!FullTransactionIdEquals(fxid, op_id_xid))
 	{
-		XLogFlush(LogLogicalMessage("redislock", "", 0, false));
-		durable_xid = fxid;
+		op_id_xid = fxid;
 		snprintf(op_id_start, sizeof(op_id_start),
 				 UINT64_FORMAT ":%u:" UINT64_FORMAT ":",
 				 GetSystemIdentifier(), stock_current_timeline(),
 				 U64FromFullTransactionId(fxid));
 	}
-	ForceSyncCommit();
-	return op_id_start;
+	if (op_number == 0 && !pg_strong_random(&op_number, sizeof(op_number)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate a random operation number")));
+	return psprintf("%s" UINT64_FORMAT, op_id_start, op_number++);
 }
 
 /*
@@ -374,8 +400,8 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	stock_keys_init(&decrement->keys, rkey, rkeylen, strlen(conn->key_prefix));
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);
-	decrement->op_id = psprintf("%s" UINT64_FORMAT, operation_id_start(),
-								++op_counter);
+	decrement->op_id = operation_id();
+	decrement->xid = GetCurrentFullTransactionId();
 	decrement->qty = qty;
 	decrement->level = GetCurrentTransactionNestLevel();
 	MemoryContextSwitchTo(oldcxt);
@@ -448,16 +474,53 @@ remaining_stock(const RedisCall *call, const char *key)
 }
 
 /*
+ * Wake the WAL writer, from a timeout: SetLatch() is safe in a signal
+ * handler
+ */
+static void
+wake_wal_writer(void)
+{
+	if (ProcGlobal->walwriterLatch != NULL)
+		SetLatch(ProcGlobal->walwriterLatch);
+}
+
+/*
+ * Write the row of a decrement that took units.  Should the transaction
+ * stay open, the WAL that carries its ID is written out by the WAL writer
+ * soon after, without the backend waiting for it, so that a crash does not
+ * hand the ID out again while the record in Redis names it: the ID shown
+ * by redis_stock_recover() then names one transaction only.  Transactions
+ * that end sooner, as orders do, cost a timer and no write.
+ */
+static void
+record_decision(Relation decisions, const PendingDecrement *decrement)
+{
+	stock_decision_insert(decisions, decrement->xid, decrement->op_id,
+						  decrement->conn->serverid, decrement->keys.records,
+						  decrement->keys.recordslen);
+	XLogSetAsyncXactLSN(XactLastRecEnd);
+	if (open_decrement_timeout == MAX_TIMEOUTS)
+		open_decrement_timeout = RegisterTimeout(USER_TIMEOUT,
+												 wake_wal_writer);
+	if (!get_timeout_active(open_decrement_timeout))
+		enable_timeout_after(open_decrement_timeout, OPEN_DECREMENT_WAL_MS);
+}
+
+/*
  * redis_stock_decr(key, qty, buyer): take qty units if that many remain and
  * return what is left; -1 when there are too few, -2 when the buyer (if
  * given) has bought the item already.  The decrement is remembered so that
- * a rollback gives the units, and the buyer's right to buy, back.
+ * a rollback gives the units, and the buyer's right to buy, back, and one
+ * that took units writes its row.  The table is opened first, so that a
+ * database whose extension lacks it fails before Redis is asked.
  */
 Datum
 redis_stock_decr(PG_FUNCTION_ARGS)
 {
 	int64		qty = validated_qty(fcinfo, 1, false);
 	const char *buyer = validated_buyer(fcinfo, 2);
+	Relation	decisions = stock_decisions_open(fcinfo->flinfo->fn_oid,
+												 RowExclusiveLock);
 	PendingDecrement *decrement = new_decrement(fcinfo, qty, buyer);
 	const char *key = decrement->keys.stock + decrement->keys.prefixlen;
 	RedisCall	calls[2];
@@ -489,6 +552,9 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 	if (remaining >= 0 && ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
 		redis_report_replicas(&calls[1], key,
 							  "the units are given back as the statement rolls back");
+	if (remaining >= 0)
+		record_decision(decisions, decrement);
+	table_close(decisions, NoLock);
 	PG_RETURN_INT64(remaining);
 }
 
@@ -545,52 +611,140 @@ queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
 }
 
 /*
- * Clear the records of committed decrements.  Nobody waits for the replies:
- * the commands cost no round trip at commit, and their replies are dropped
- * at the connection's next use.
+ * Clear the records of the committed decrements of the list head.  Nobody
+ * waits for the replies: the commands cost no round trip at commit, and
+ * their replies are dropped at the connection's next use.
  */
 static void
-clear_committed_records(void)
+send_clears(dlist_head *head)
 {
 	RedisCall  *calls;
 	int			ncalls = 0;
 	dlist_iter	iter;
 
-	dlist_foreach(iter, &pending)
+	dlist_foreach(iter, head)
 		ncalls++;
 	calls = palloc(sizeof(RedisCall) * ncalls);
 	ncalls = 0;
-	dlist_foreach(iter, &pending)
+	dlist_foreach(iter, head)
 	{
 		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
 													  iter.cur);
+
 		stock_clear_record_call(&calls[ncalls++], decrement->conn,
 								&decrement->keys, decrement->op_id);
 	}
 	redis_send_deferred(calls, ncalls);
+	pfree(calls);
 }
 
 /*
- * At transaction end, decrements of a committed transaction are final and
- * their records are cleared; those of a rolled-back one are given back.
+ * Keep the committed decrements of the list head until their commit is
+ * durable: a record cleared before that could outlive a commit that a
+ * crash then undoes, and its units would stay taken with nothing to say
+ * so.  They are copied out of the transaction's memory; their connections
+ * stay pinned.
+ */
+static void
+await_flush(dlist_head *head)
+{
+	MemoryContext oldcxt;
+	dlist_mutable_iter iter;
+
+	if (awaiting_flush_cxt == NULL)
+		awaiting_flush_cxt = AllocSetContextCreate(TopMemoryContext,
+												   "redislock records awaiting flush",
+												   ALLOCSET_SMALL_SIZES);
+	oldcxt = MemoryContextSwitchTo(awaiting_flush_cxt);
+	dlist_foreach_modify(iter, head)
+	{
+		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
+													  iter.cur);
+		PendingDecrement *copy = palloc(sizeof(PendingDecrement));
+
+		*copy = *decrement;
+		stock_keys_init(&copy->keys, decrement->keys.stock,
+						decrement->keys.stocklen, decrement->keys.prefixlen);
+		copy->op_id = pstrdup(decrement->op_id);
+		copy->buyer = NULL;
+		copy->commit_end = XactLastCommitEnd;
+		dlist_delete(&decrement->node);
+		dlist_push_tail(&awaiting_flush, &copy->node);
+	}
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * Clear the records of committed decrements whose commit WAL has been
+ * flushed since, and free what await_flush() copied; those still waiting
+ * stay for a later end.
+ */
+static void
+clear_flushed_records(void)
+{
+	XLogRecPtr	flushed;
+	dlist_head	durable = DLIST_STATIC_INIT(durable);
+	dlist_mutable_iter iter;
+
+	if (dlist_is_empty(&awaiting_flush))
+		return;
+	flushed = GetFlushRecPtr(NULL);
+	dlist_foreach_modify(iter, &awaiting_flush)
+	{
+		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
+													  iter.cur);
+
+		if (decrement->commit_end > flushed)
+			break;
+		dlist_delete(&decrement->node);
+		dlist_push_tail(&durable, &decrement->node);
+	}
+	if (dlist_is_empty(&durable))
+		return;
+	send_clears(&durable);
+	dlist_foreach_modify(iter, &durable)
+	{
+		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
+													  iter.cur);
+
+		forget_decrement(decrement);
+		pfree(decrement->keys.stock);
+		pfree(decrement->keys.records);
+		pfree(decrement->keys.buyers);
+		pfree(decrement->op_id);
+		pfree(decrement);
+	}
+}
+
+/*
+ * At transaction end, decrements of a committed transaction are final:
+ * their records are cleared once the commit is durable, at once when it is
+ * synchronous.  Those of a rolled-back one are given back.  Records that
+ * waited for an earlier commit to be flushed go if it has been.
  */
 void
 stock_end_xact(RedisBatch *batch, bool commit)
 {
 	dlist_mutable_iter iter;
 
+	if (open_decrement_timeout != MAX_TIMEOUTS)
+		disable_timeout(open_decrement_timeout, false);
+	clear_flushed_records();
 	if (commit && !dlist_is_empty(&pending))
-		clear_committed_records();
-	dlist_foreach_modify(iter, &pending)
 	{
-		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
-													  iter.cur);
-
-		if (commit)
-			forget_decrement(decrement);
+		if (XactLastCommitEnd <= GetFlushRecPtr(NULL))
+		{
+			send_clears(&pending);
+			dlist_foreach_modify(iter, &pending)
+				forget_decrement(dlist_container(PendingDecrement, node,
+												 iter.cur));
+		}
 		else
-			queue_giveback(batch, decrement);
+			await_flush(&pending);
 	}
+	dlist_foreach_modify(iter, &pending)
+		queue_giveback(batch, dlist_container(PendingDecrement, node,
+											  iter.cur));
 }
 
 /*

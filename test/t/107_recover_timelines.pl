@@ -6,8 +6,9 @@
 # - on the promoted standby, a decrement in progress on the old primary is
 #   "other timeline", not "aborted" (giving it back would oversell once the
 #   old primary commits it), also after the standby has reused its ID;
-# - a record whose ID is beyond the next one is "future", and recover does
-#   not fail on it;
+# - a record of 1.1 whose ID is beyond the next one is "future", and
+#   recover does not fail on it; one of 1.2 is "aborted": no writer with
+#   that ID runs, and no row of it committed;
 # - a record of 1.1, which names no timeline, is decided on the timeline
 #   the update from 1.1 ran on, and only there ("unknown timeline");
 # - a give-back that Redis refuses is "give-back failed", with a WARNING,
@@ -171,12 +172,12 @@ ok( defined wait_until(
 ($rows, $err) = recover($primary);
 is( $rows,
 	join("\n",
-		"a|$future|1|fut|future",
+		"a|$future|1|fut|aborted",
 		"a|$future|1|oldfut|future",
 		"{a}w|$aborted|3|wb|give-back failed"),
-	'the primary leaves the records of IDs it has not assigned');
+	'the primary gives back its record of an ID it has not assigned, and leaves that of 1.1');
 unlike($err, qr/ERROR/, 'and fails on none');
-is($redis->command('GET', 'a'), '96', 'the stock is exact');
+is($redis->command('GET', 'a'), '97', 'the stock is exact');
 
 $standby->stop;
 $primary->stop;
