@@ -382,9 +382,9 @@ forget_stopped_launches(void)
 }
 
 /*
- * Terminate the workers whose database a command needs to itself.  The
- * launcher asks again for their work: the database may have been renamed
- * or copied, not dropped.
+ * Terminate the workers whose database a command needs to itself.  Their
+ * work stays asked for: the database may be renamed or copied, not
+ * dropped.
  */
 static void
 terminate_workers_in_the_way(void)
@@ -411,8 +411,8 @@ terminate_workers_in_the_way(void)
 	}
 }
 
-/* Start the worker of a database in slot i; false if none could be */
-static bool
+/* Start the worker of a database in slot i */
+static void
 start_worker(int i, Oid dboid)
 {
 	BackgroundWorker worker;
@@ -422,14 +422,12 @@ start_worker(int i, Oid dboid)
 			 dboid);
 	worker.bgw_main_arg = ObjectIdGetDatum(dboid);
 	worker.bgw_notify_pid = MyProcPid;
-	if (RegisterDynamicBackgroundWorker(&worker, &launches[i]))
-		return true;
-	ereport(WARNING,
-			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-			 errmsg("could not start a redislock worker for database %u: out of background worker slots",
-					dboid),
-			 errhint("You might need to increase max_worker_processes.")));
-	return false;
+	if (!RegisterDynamicBackgroundWorker(&worker, &launches[i]))
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start a redislock worker for database %u: out of background worker slots",
+						dboid),
+				 errhint("You might need to increase max_worker_processes.")));
 }
 
 /*
@@ -463,7 +461,7 @@ start_due_worker(int i, Oid dboid, List *dbs, TimestampTz now)
 	SpinLockRelease(&state->mutex);
 
 	if (!database_claimed(dboid))
-		(void) start_worker(i, dboid);
+		start_worker(i, dboid);
 	return not_before;
 }
 
