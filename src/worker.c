@@ -837,17 +837,20 @@ recover_database(void)
 	return done;
 }
 
-/* This database's name, for messages, kept for the worker's life */
-static char *
-database_name(void)
+/*
+ * Set up the worker's session: its database's name, for messages, and a
+ * search_path of pg_catalog alone.  The worker runs as a superuser, and
+ * no function or operator that a user made may stand in for a built-in one
+ * in its queries.
+ */
+static void
+init_session(void)
 {
-	char	   *name;
-
 	StartTransactionCommand();
-	name = MemoryContextStrdup(TopMemoryContext,
-							   get_database_name(MyDatabaseId));
+	my_dbname = MemoryContextStrdup(TopMemoryContext,
+									get_database_name(MyDatabaseId));
+	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_SESSION);
 	CommitTransactionCommand();
-	return name;
 }
 
 /*
@@ -870,7 +873,7 @@ redislock_worker_main(Datum main_arg)
 		proc_exit(0);
 	on_shmem_exit(detach_slot, 0);
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	my_dbname = database_name();
+	init_session();
 
 	work_cxt = AllocSetContextCreate(TopMemoryContext, "redislock worker",
 									 ALLOCSET_DEFAULT_SIZES);

@@ -6,6 +6,7 @@
 # of that database, within 15 s, and logs what it gave back.  Committed
 # orders keep their units.  A database without the extension is left
 # alone, with a debug line; so is a Redlock server, which holds no stock.
+# The worker, a superuser, uses no operator that a user made in public.
 use strict;
 use warnings;
 
@@ -34,6 +35,9 @@ $node->safe_psql('shop', qq{
 	  OPTIONS (port '$port', key_prefix 'other:');
 	CREATE SERVER quorum FOREIGN DATA WRAPPER redislock
 	  OPTIONS (redlock '127.0.0.1:$port,127.0.0.1:$port,127.0.0.1:$port');
+	CREATE FUNCTION public.hijack(text, numeric) RETURNS text LANGUAGE plpgsql
+	  AS \$\$BEGIN RAISE WARNING 'hijacked by %', current_user; RETURN \$1 || \$2::text; END\$\$;
+	CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = numeric, FUNCTION = public.hijack);
 });
 $node->safe_psql('postgres',
 	"SELECT redis_stock_set(k, 100) FROM unnest(ARRAY['a', 'b']) k");
@@ -133,7 +137,7 @@ like($log, qr/gave back 7 units of Redis stock on server "other" in database "sh
 like($log, qr/redislock server "quorum" in database "shop" holds no stock/,
 	'a Redlock server is passed over with a debug line');
 is(join("\n", grep { /\b(ERROR|WARNING|FATAL|PANIC):/ } split /\n/, $log), '',
-	'no error was logged: none for the database without the extension, none of a recovery');
+	'no error was logged: none for the database without the extension, none of a recovery, no operator hijacked');
 
 is($node->safe_psql('postgres', 'SELECT count(*) FROM redis_stock_recover()'), '0',
 	'redis_stock_recover() finds nothing left');
