@@ -61,8 +61,8 @@ is( $node->safe_psql('postgres',
 # --- SIGTERM of the launcher
 kill 'TERM', $launcher;
 my $secs = gone($launcher, 5);
-ok(defined $secs && $secs < 1, 'the launcher exits within 1 s of SIGTERM');
-note(sprintf 'the launcher exited %.2f s after SIGTERM', $secs // -1);
+ok(defined $secs && $secs < 1,
+	sprintf 'the launcher exits within 1 s of SIGTERM (%.2f s)', $secs // -1);
 $launcher = new_pid_of('redislock launcher', undef, $launcher, 15);
 isnt($launcher, '', 'and comes back');
 
@@ -103,8 +103,8 @@ ok(defined wait_until(10, sub {
 
 kill 'TERM', $worker{stuck};
 $secs = gone($worker{stuck}, 5);
-ok(defined $secs && $secs < 1, 'a worker waiting on Redis exits within 1 s of SIGTERM');
-note(sprintf 'the worker exited %.2f s after SIGTERM', $secs // -1);
+ok(defined $secs && $secs < 1,
+	sprintf 'a worker waiting on Redis exits within 1 s of SIGTERM (%.2f s)', $secs // -1);
 $worker{stuck} = new_pid_of('redislock worker', 'stuck', $worker{stuck}, 15);
 isnt($worker{stuck}, '', 'and is started again, its work not done');
 
@@ -119,15 +119,14 @@ my $t0 = time;
 my ($ret, $stdout, $stderr) = $node->psql('postgres', 'DROP DATABASE doomed');
 my $took = time - $t0;
 is("$ret$stderr", '0', 'DROP DATABASE succeeds while a worker there waits on Redis');
-cmp_ok($took, '<', 5, 'without waiting for it to time out');
-note(sprintf 'DROP DATABASE took %.2f s', $took);
+cmp_ok($took, '<', 5, sprintf 'without waiting for it to time out (%.2f s)', $took);
 ok(defined gone($worker{doomed}, 5), 'the worker of that database is gone');
 
 $t0 = time;
 $node->stop('smart');
 $took = time - $t0;
-cmp_ok($took, '<', 5, 'a smart shutdown completes within 5 s while a worker waits on Redis');
-note(sprintf 'the smart shutdown took %.2f s', $took);
+cmp_ok($took, '<', 5,
+	sprintf 'a smart shutdown completes within 5 s while a worker waits on Redis (%.2f s)', $took);
 
 $stalled->resume;
 $stalled->stop;
