@@ -6,7 +6,7 @@ OBJS = src/redislock.o src/resp.o src/node.o src/call.o src/batch.o \
 	src/cleanup.o src/connection.o src/registry.o src/topology.o \
 	src/cluster.o src/sentinel.o src/redlock.o src/args.o src/keys.o \
 	src/scripts.o src/option.o src/lock.o src/stock.o src/decisions.o \
-	src/recover.o src/xact.o
+	src/recover.o src/xact.o src/worker.o
 SHLIB_LINK = -lhiredis
 
 DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \
@@ -21,10 +21,12 @@ ISOLATION = lock_wait lock_rollback savepoint_release stock_no_oversell \
 	stock_buyer
 
 # Export only what PostgreSQL looks up in the library: _PG_init,
-# Pg_magic_func, and each SQL-callable function X with its pg_finfo_X.  The
-# list is made from the objects at link time (every pg_finfo_X defined by
+# Pg_magic_func, the entry points of the background workers (BGW_ENTRIES),
+# and each SQL-callable function X with its pg_finfo_X.  The list is made
+# from the objects at link time (every pg_finfo_X defined by
 # PG_FUNCTION_INFO_V1 names an X), so a new SQL function needs nothing here,
 # and internal helpers stay local whatever their names.
+BGW_ENTRIES = redislock_launcher_main redislock_worker_main
 SHLIB_LINK += -Wl,--version-script=exports.map
 EXTRA_CLEAN += exports.map tmp_check
 
@@ -49,10 +51,12 @@ PG_CPPFLAGS += -Wall -Wmissing-prototypes
 
 # every object depends on the shared header
 $(OBJS): src/redislock.h src/topology.h src/node.h
+src/redislock.o src/worker.o: src/worker.h
 
 # the version script that SHLIB_LINK names (see above)
 exports.map: $(OBJS)
 	{ echo '{ global: _PG_init; Pg_magic_func;'; \
+	  printf '  %s;\n' $(BGW_ENTRIES); \
 	  nm --defined-only $(OBJS) | sed -n 's/^[0-9a-f]* T pg_finfo_\(.*\)$$/  \1; pg_finfo_\1;/p' | sort -u; \
 	  echo 'local: *; };'; } >$@
 $(shlib): exports.map

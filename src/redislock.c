@@ -14,6 +14,7 @@
 #include "utils/wait_event.h"
 
 #include "redislock.h"
+#include "worker.h"
 
 PG_MODULE_MAGIC;
 
@@ -91,4 +92,6 @@ _PG_init(void)
 #endif
 	redislock_init_connections();
 	redislock_init_xact();
+	if (process_shared_preload_libraries_in_progress)
+		redislock_init_worker();
 }

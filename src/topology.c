@@ -44,12 +44,9 @@ const RedisTopology single_topology = {
 	.init = single_init,
 };
 
-/*
- * Give conn the topology of its kind of server, and the nodes that the
- * options name.  Called in conn's memory context.
- */
-void
-redis_conn_init_topology(RedisConn *conn, const RedisServerOptions *opts)
+/* The topology of a kind of server */
+const RedisTopology *
+redis_topology_of_kind(RedisServerKind kind)
 {
 	static const RedisTopology *const topologies[] = {
 		[REDIS_SERVER_SINGLE] = &single_topology,
@@ -58,7 +55,17 @@ redis_conn_init_topology(RedisConn *conn, const RedisServerOptions *opts)
 		[REDIS_SERVER_REDLOCK] = &redlock_topology,
 	};
 
-	conn->topology = topologies[opts->kind];
+	return topologies[kind];
+}
+
+/*
+ * Give conn the topology of its kind of server, and the nodes that the
+ * options name.  Called in conn's memory context.
+ */
+void
+redis_conn_init_topology(RedisConn *conn, const RedisServerOptions *opts)
+{
+	conn->topology = redis_topology_of_kind(opts->kind);
 	conn->topology->init(conn, opts);
 }
 

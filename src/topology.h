@@ -174,6 +174,7 @@ extern const RedisTopology sentinel_topology;
 extern const RedisTopology redlock_topology;
 
 /* Routing calls through their server's topology (topology.c) */
+extern const RedisTopology *redis_topology_of_kind(RedisServerKind kind);
 extern void redis_conn_init_topology(RedisConn *conn,
 									 const RedisServerOptions *opts);
 extern void redis_route_calls(RedisCall **calls, int ncalls);

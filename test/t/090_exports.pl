@@ -1,9 +1,9 @@
 # The installed library exports only what PostgreSQL looks up in it:
-# _PG_init, Pg_magic_func, and for every C function that an install or
-# update script of the extension declares, its link symbol and the
-# pg_finfo_ record of that symbol.  Everything else is local, so that other
-# modules loaded into the same backend can neither bind to our internals
-# nor have theirs taken by ours.
+# _PG_init, Pg_magic_func, the entry points of its background workers, and
+# for every C function that an install or update script of the extension
+# declares, its link symbol and the pg_finfo_ record of that symbol.
+# Everything else is local, so that other modules loaded into the same
+# backend can neither bind to our internals nor have theirs taken by ours.
 #
 # The symbols come from the scripts in sql/ (every version's, so that a
 # library serving a database not yet updated still has what it needs); the
@@ -43,7 +43,8 @@ sub c_symbols
 my @scripts = glob("$sqldir/redislock--*.sql");
 ok(@scripts > 0, 'the extension has SQL scripts in sql/');
 
-my %expected = map { $_ => 1 } qw(_PG_init Pg_magic_func);
+my %expected = map { $_ => 1 }
+  qw(_PG_init Pg_magic_func redislock_launcher_main redislock_worker_main);
 foreach my $script (@scripts)
 {
 	$expected{$_} = $expected{"pg_finfo_$_"} = 1 foreach c_symbols($script);
@@ -58,7 +59,7 @@ is($stderr, '', 'nm reads the library');
 my @exported = sort map { (split ' ')[2] // () } split /\n/, $stdout;
 
 is_deeply(\@exported, [ sort keys %expected ],
-	'the library exports exactly _PG_init, Pg_magic_func and the SQL functions with their pg_finfo_ records'
+	'the library exports exactly _PG_init, Pg_magic_func, the workers\' entry points and the SQL functions with their pg_finfo_ records'
 );
 
 done_testing();

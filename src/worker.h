@@ -1,0 +1,28 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.h
+ *		The background workers of a preloaded redislock (worker.c): a
+ *		launcher, and a worker per database that it starts on demand.
+ *
+ * Any process may ask for a database's worker with
+ * redislock_request_worker(), naming the work it wants done there; the
+ * launcher starts the worker, which does that work and exits once none is
+ * left.  Work that failed is tried again, with a growing pause.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDISLOCK_WORKER_H
+#define REDISLOCK_WORKER_H
+
+/* Work for a database's worker, as bits of a request */
+#define REDISLOCK_WORK_RECOVER	0x0001	/* settle the decrements that
+										 * transactions left open */
+
+extern void redislock_init_worker(void);
+extern bool redislock_request_worker(Oid dboid, uint32 work);
+
+/* Entry points, which the postmaster looks up by name */
+extern PGDLLEXPORT void redislock_launcher_main(Datum main_arg);
+extern PGDLLEXPORT void redislock_worker_main(Datum main_arg);
+
+#endif							/* REDISLOCK_WORKER_H */
