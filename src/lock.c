@@ -840,7 +840,7 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 			lock = create_lock(conn, rkey, rkeylen, session);
 		else
 		{
-			/* left by a release that got no answer: awaited again */
+			/* kept from an earlier attempt: awaited again */
 			lock->waiting_since = GetCurrentTimestamp();
 			lock->wait_session = session;
 			publish_lock(lock);
