@@ -57,3 +57,18 @@ SELECT count(*) FROM redis_locks();
 \! redis-cli -p $REDIS_PORT EXISTS locks:a locks:b locks:s1
 SELECT redis_lock_release_all();
 \set VERBOSITY default
+
+-- without shared_preload_libraries: this backend's locks, with its pid;
+-- what needs shared memory says how to have it
+SELECT redis_lock_acquire_session('locks:own');
+SELECT key, scope, holds, pid = pg_backend_pid() AS own, server, granted,
+       waiting_since, renewals
+  FROM redis_locks();
+SELECT redis_lock_release('locks:own');
+SELECT redis_blocking_pids(pg_backend_pid());
+SELECT * FROM redis_stats();
+SELECT redis_stats_reset();
+\set VERBOSITY sqlstate
+SELECT redis_blocking_pids(pg_backend_pid());
+SELECT * FROM redis_stats();
+\set VERBOSITY default

@@ -27,3 +27,44 @@ CREATE TABLE redis_stock_decrements (xid xid8 NOT NULL, op text NOT NULL,
                                      server oid NOT NULL, records bytea NOT NULL);
 CREATE INDEX redis_stock_decrements_xid ON redis_stock_decrements (xid);
 REVOKE ALL ON redis_stock_decrements FROM PUBLIC;
+
+-- redis_locks() shows the locks of every backend: its columns change.
+DROP FUNCTION redis_locks();
+-- The locks of every backend when redislock is preloaded, else this
+-- backend's: a row per scope held, or for the scope awaited.
+CREATE FUNCTION redis_locks(OUT key text, OUT scope text, OUT holds integer,
+                            OUT fence bigint, OUT acquired_at timestamptz,
+                            OUT lease_expires_at timestamptz,
+                            OUT pid integer, OUT server name,
+                            OUT granted boolean,
+                            OUT waiting_since timestamptz,
+                            OUT renewals bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_locks'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
+
+-- These need redislock in shared_preload_libraries.
+CREATE FUNCTION redis_blocking_pids(pid integer)
+RETURNS integer[]
+AS 'MODULE_PATHNAME', 'redis_blocking_pids'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_stats(OUT server name, OUT calls bigint,
+                            OUT round_trips bigint, OUT errors bigint,
+                            OUT reconnects bigint, OUT redirects bigint,
+                            OUT failovers bigint, OUT acquires bigint,
+                            OUT acquire_waits bigint,
+                            OUT acquire_timeouts bigint, OUT wait_ms bigint,
+                            OUT renewals bigint, OUT leases_lost bigint,
+                            OUT give_backs bigint, OUT recovered bigint,
+                            OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_stats'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
+
+CREATE FUNCTION redis_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'redis_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE EXECUTE ON FUNCTION redis_stats_reset() FROM PUBLIC;

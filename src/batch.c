@@ -123,6 +123,25 @@ run_done(NodeRun *run)
 }
 
 /*
+ * Is the reply an error that counts as one?  Those that have the batch
+ * send the call again (see send_again) do not.
+ */
+static bool
+is_error_reply(const RedisCall *call)
+{
+	static const char *const resent[] = {"NOSCRIPT", "MOVED", "ASK",
+	"TRYAGAIN", "READONLY"};
+	int			i;
+
+	if (call->reply_type != REDIS_REPLY_ERROR)
+		return false;
+	for (i = 0; i < lengthof(resent); i++)
+		if (redis_reply_is_error(call, resent[i]))
+			return false;
+	return true;
+}
+
+/*
  * Take the replies that have arrived: first those of earlier calls that
  * nobody waits for any more, then ours, in the order the calls were sent.
  */
@@ -151,6 +170,8 @@ take_replies(NodeRun *run)
 		}
 		node->awaiting--;
 		redis_call_take_reply(run->calls[run->nreplied], reply);
+		if (is_error_reply(run->calls[run->nreplied]))
+			redis_count(node->conn, REDIS_STAT_ERRORS, 1);
 		if (redis_reply_is_unavailable(run->calls[run->nreplied]))
 			run->close_after = true;
 		if (node->conn->topology->note_reply != NULL)
@@ -296,6 +317,7 @@ queue_call(NodeRun *run, RedisCall *call)
 		resp_append_call(&node->out, call);
 	node->awaiting++;
 	node->sent++;
+	redis_count(node->conn, REDIS_STAT_CALLS, 1);
 	run->calls[run->ncalls++] = call;
 }
 
@@ -312,6 +334,7 @@ send_run(NodeRun *run)
 
 	node->checked = false;
 	node->deferred = node->awaiting;
+	redis_count(node->conn, REDIS_STAT_ROUND_TRIPS, 1);
 	for (i = 0; i < run->nwanted; i++)
 		helpers |= run->wanted[i]->load_script || run->wanted[i]->asking;
 	/* most runs send just what they want, in that order */
@@ -502,13 +525,18 @@ prepare_node(NodeRun *run, RedisDeadline *deadline, int elevel)
 		connect_deadline = *deadline;
 	if (!node_connect(node, connect_deadline.at, elevel))
 	{
+		redis_count(node->conn, REDIS_STAT_ERRORS, 1);
 		fail_run(run, RUN_NOT_CONNECTED, 0);
 		return false;
 	}
+	if (node->was_connected)
+		redis_count(node->conn, REDIS_STAT_RECONNECTS, 1);
+	node->was_connected = true;
 	/* a refusal that counts toward a quorum's is reported with the quorum */
 	if (!handshake(node, connect_deadline,
 				   redis_conn_decides_by_quorum(node->conn) ? DEBUG1 : elevel))
 	{
+		redis_count(node->conn, REDIS_STAT_ERRORS, 1);
 		fail_run(run, RUN_NOT_ACCEPTED, 0);
 		return false;
 	}
@@ -744,6 +772,18 @@ note_quorum_failure(const NodeRun *run, RedisDeadline deadline)
 }
 
 /*
+ * Did the run fail once its calls were sent?  Failures to connect are
+ * counted where they happen, in prepare_node().
+ */
+static bool
+failed_after_sending(RunFailure failure)
+{
+	return failure == RUN_TIMED_OUT || failure == RUN_GIVEN_UP ||
+		failure == RUN_NOT_WAITED || failure == RUN_IO_ERROR ||
+		failure == RUN_CLOSED || failure == RUN_PROTOCOL_ERROR;
+}
+
+/*
  * After a run: close the connections that failed or that Redis said cannot
  * serve, remember the nodes that failed during an end, and report.
  * A node that merely timed out keeps its connection: its late replies are
@@ -759,6 +799,8 @@ conclude_runs(NodeRun *runs, int nruns, RedisDeadline deadline, int elevel)
 	{
 		NodeRun    *run = &runs[i];
 
+		if (failed_after_sending(run->failure))
+			redis_count(run->node->conn, REDIS_STAT_ERRORS, 1);
 		if (run->failure == RUN_IO_ERROR || run->failure == RUN_CLOSED ||
 			run->failure == RUN_PROTOCOL_ERROR || run->close_after)
 			node_disconnect(run->node);
@@ -1009,11 +1051,15 @@ send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 		return true;
 	}
 	if (redis_follow_redirect(call))
+	{
+		redis_count(call->conn, REDIS_STAT_REDIRECTS, 1);
 		return true;
+	}
 	if (redis_reply_is_error(call, "READONLY") &&
 		redis_conn_learns_nodes(call->conn) && !call->node_given)
 	{
 		call->node = NULL;		/* ask again where the master is */
+		redis_count(call->conn, REDIS_STAT_FAILOVERS, 1);
 		return true;
 	}
 	if (redis_reply_is_error(call, "TRYAGAIN"))

@@ -101,10 +101,12 @@ redis_send_cleanup(RedisCall *call, uint64 end_id)
 		resp_append_call(&node->out, &asking);
 		node->awaiting++;
 		node->sent++;
+		redis_count(node->conn, REDIS_STAT_CALLS, 1);
 	}
 	resp_append_call(&node->out, call);
 	node->awaiting++;
 	node->sent++;
+	redis_count(node->conn, REDIS_STAT_CALLS, 1);
 	if (call->conn->topology->follow_redirect != NULL)
 	{
 		RedirectableCall *kept = copy_cleanup(call);

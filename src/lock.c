@@ -72,6 +72,9 @@ typedef struct HeldLock
 	int			ttl_ms;
 	TimestampTz acquired_at;
 	TimestampTz lease_expires_at;
+	TimestampTz waiting_since;	/* while acquiring it, else 0 */
+	bool		wait_session;	/* for a session hold, while acquiring */
+	LockTableRef shared;		/* its entry in the shared lock table */
 } HeldLock;
 
 static HTAB *held_locks = NULL;
@@ -172,17 +175,29 @@ untouch_lock(HeldLock *lock)
 	}
 }
 
+static char *conn_owner_token(RedisConn *conn);
+
 /*
  * An entry with no holds, made before Redis is asked, so that nothing can
- * fail between Redis granting the lock and the backend recording it.
+ * fail between Redis granting the lock and the backend recording it.  Its
+ * entry in the shared lock table is claimed first, so that a full table
+ * leaves nothing behind; it shows the lock awaited for a session hold or
+ * a transaction hold, as session says.
  */
 static HeldLock *
-create_lock(RedisConn *conn, const char *rkey, int rkeylen)
+create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 {
 	LockTag		tag;
 	HeldLock   *lock;
 	bool		found;
 	MemoryContext oldcxt;
+	RedisLockState waiting = {0};
+	LockTableRef shared;
+
+	waiting.session = session;
+	waiting.waiting_since = GetCurrentTimestamp();
+	(void) conn_owner_token(conn);
+	shared = locktable_claim(conn, rkey, rkeylen, &waiting);
 
 	tag.serverid = conn->serverid;
 	tag.keylen = rkeylen;
@@ -206,6 +221,11 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen)
 	lock->in_redis = false;
 	lock->fence = 0;
 	lock->ttl_ms = 0;
+	lock->acquired_at = 0;
+	lock->lease_expires_at = 0;
+	lock->waiting_since = waiting.waiting_since;
+	lock->wait_session = session;
+	lock->shared = shared;
 	lock->touched = false;
 	touch_lock(lock);
 	redis_conn_pin(conn);
@@ -219,6 +239,7 @@ remove_lock(HeldLock *lock)
 	RedisConn  *conn = lock->conn;
 
 	untouch_lock(lock);
+	locktable_release(lock->shared);
 	pfree(lock->fence_key);
 	if (lock->levels != NULL)
 		pfree(lock->levels);
@@ -231,6 +252,50 @@ static int
 total_holds(const HeldLock *lock)
 {
 	return lock->session_holds + lock->xact_holds;
+}
+
+/*
+ * What the shared lock table and redis_locks() show of a lock: granted or
+ * awaited, its holds, its lease.
+ */
+static void
+lock_state(const HeldLock *lock, RedisLockState *state)
+{
+	state->granted = lock->waiting_since == 0;
+	state->session = lock->wait_session;
+	state->session_holds = lock->session_holds;
+	state->xact_holds = lock->xact_holds;
+	state->ttl_ms = lock->ttl_ms;
+	state->fence = lock->fence;
+	state->waiting_since = lock->waiting_since;
+	state->acquired_at = lock->acquired_at;
+	state->lease_expires_at = lock->lease_expires_at;
+}
+
+/*
+ * Show in the shared lock table what changed of the lock.  Called once
+ * Redis has answered, and not for a lock about to be forgotten.
+ */
+static void
+publish_lock(const HeldLock *lock)
+{
+	RedisLockState state;
+
+	if (lock->shared.index < 0)
+		return;
+	lock_state(lock, &state);
+	locktable_publish(lock->shared, &state);
+}
+
+/*
+ * The lease of a held lock was found lost: mark its entry, and count the
+ * loss unless the lease watchdog found it first.
+ */
+static void
+note_lease_lost(HeldLock *lock)
+{
+	if (locktable_mark_lost(lock->shared))
+		redis_count(lock->conn, REDIS_STAT_LEASES_LOST, 1);
 }
 
 /* The key as the user wrote it, without the server's prefix */
@@ -407,21 +472,21 @@ backend_owner_token(Oid serverid)
 			strlcpy(hostname, "unknown", sizeof(hostname));
 		hostname[sizeof(hostname) - 1] = '\0';
 
+		/* a host name is at most 64 bytes, so tokens fit the lock table */
 		token_backend = MemoryContextStrdup(TopMemoryContext,
-											psprintf("pg:%s:%d:%d", hostname,
-													 PostPortNumber,
+											psprintf("pg:%.*s:%d:%d",
+													 REDISLOCK_TOKEN_HOST_LEN,
+													 hostname, PostPortNumber,
 													 MyProcPid));
 		token_random = MemoryContextStrdup(TopMemoryContext, hex);
 	}
 	return psprintf("%s:%u:%s", token_backend, serverid, token_random);
 }
 
-/* Add the owner token of this backend's locks on the call's server */
-static void
-add_token_arg(RedisCall *call)
+/* The owner token of this backend's locks on conn's server, made once */
+static char *
+conn_owner_token(RedisConn *conn)
 {
-	RedisConn  *conn = call->conn;
-
 	if (conn->owner_token == NULL)
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(conn->cxt);
@@ -429,7 +494,16 @@ add_token_arg(RedisCall *call)
 		conn->owner_token = backend_owner_token(conn->serverid);
 		MemoryContextSwitchTo(oldcxt);
 	}
-	redis_call_arg(call, conn->owner_token, strlen(conn->owner_token));
+	return conn->owner_token;
+}
+
+/* Add the owner token of this backend's locks on the call's server */
+static void
+add_token_arg(RedisCall *call)
+{
+	char	   *token = conn_owner_token(call->conn);
+
+	redis_call_arg(call, token, strlen(token));
 }
 
 /* Make call the script that resets the lease of lock to ttl_ms if ours */
@@ -571,7 +645,17 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 	lock->fence = pg_strtoint64(call->str);
 	lock->acquired_at = start;
 	set_lease(lock, ttl_ms, start);
+	redis_count(lock->conn, REDIS_STAT_ACQUIRES, 1);
 	return true;
+}
+
+/* Count a wait for a lock that ended: its time, and whether it ran out */
+static void
+count_wait(HeldLock *lock, long waited_ms, bool timed_out)
+{
+	redis_count(lock->conn, REDIS_STAT_WAIT_MS, waited_ms);
+	if (timed_out)
+		redis_count(lock->conn, REDIS_STAT_ACQUIRE_TIMEOUTS, 1);
 }
 
 /*
@@ -600,6 +684,7 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 
 	if (limit >= 0 && elapsed >= limit)
 	{
+		count_wait(lock, elapsed, true);
 		if (lock_timeout_limits)
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
@@ -630,13 +715,23 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	int			delay_ms = WAIT_MIN_DELAY_MS;
+	bool		waited = false;
 
 	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen, lock->slot);
 	while (!try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
 	{
-		if (wait_ms == 0 || !wait_before_retry(lock, start, wait_ms, &delay_ms))
+		if (wait_ms == 0)
+			return false;
+		if (!waited)
+			redis_count(lock->conn, REDIS_STAT_ACQUIRE_WAITS, 1);
+		waited = true;
+		if (!wait_before_retry(lock, start, wait_ms, &delay_ms))
 			return false;
 	}
+	if (waited)
+		count_wait(lock, TimestampDifferenceMilliseconds(start,
+														 GetCurrentTimestamp()),
+				   false);
 	return true;
 }
 
@@ -659,6 +754,7 @@ renew_held_lock(HeldLock *lock, int ttl_ms, int elevel)
 	renewed = script_result(&call, user_key(lock)) == 1;
 	if (!renewed || !renewed_in_time(lock, ttl_ms, start))
 	{
+		note_lease_lost(lock);
 		ereport(elevel,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
@@ -735,14 +831,23 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 	else
 	{
 		if (lock == NULL)
-			lock = create_lock(conn, rkey, rkeylen);
+			lock = create_lock(conn, rkey, rkeylen, session);
+		else
+		{
+			/* kept from an earlier attempt: awaited again */
+			lock->waiting_since = GetCurrentTimestamp();
+			lock->wait_session = session;
+			publish_lock(lock);
+		}
 		if (!acquire_in_redis(lock, ttl_ms, wait_ms))
 		{
 			remove_lock(lock);
 			return false;
 		}
+		lock->waiting_since = 0;
 	}
 	add_hold(lock, session);
+	publish_lock(lock);
 	return true;
 }
 
@@ -774,6 +879,7 @@ warn_not_held(const char *key)
 static void
 warn_lost(HeldLock *lock)
 {
+	note_lease_lost(lock);
 	ereport(WARNING,
 			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 			 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
@@ -802,6 +908,7 @@ redis_lock_release(PG_FUNCTION_ARGS)
 	if (total_holds(lock) > 1)
 	{
 		drop_one_hold(lock);
+		publish_lock(lock);
 		PG_RETURN_BOOL(true);
 	}
 
@@ -903,7 +1010,10 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 		PG_RETURN_BOOL(false);
 	}
-	PG_RETURN_BOOL(renew_held_lock(lock, ttl_ms, WARNING));
+	if (!renew_held_lock(lock, ttl_ms, WARNING))
+		PG_RETURN_BOOL(false);
+	publish_lock(lock);
+	PG_RETURN_BOOL(true);
 }
 
 /* redis_lock_fence(key): the fencing token of a held lock, else NULL */
@@ -917,46 +1027,132 @@ redis_lock_fence(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(lock->fence);
 }
 
-static void
-put_lock_row(ReturnSetInfo *rsinfo, HeldLock *lock, const char *scope,
-			 int holds)
+/* Who holds or awaits a lock, for redis_locks() */
+typedef struct LockRowHolder
 {
-	Datum		values[6];
-	bool		nulls[6] = {false};
+	text	   *key;			/* NULL when hidden from the current user */
+	int			pid;
+	const NameData *server;
+	int64		renewals;
+	TimestampTz lease_expires_at;	/* the later of the holder's and the
+									 * watchdog's */
+} LockRowHolder;
 
-	values[0] = CStringGetTextDatum(user_key(lock));
+#define LOCK_ROW_COLUMNS 11
+
+static void
+put_lock_row(ReturnSetInfo *rsinfo, const LockRowHolder *holder,
+			 const RedisLockState *state, const char *scope, int holds)
+{
+	Datum		values[LOCK_ROW_COLUMNS];
+	bool		nulls[LOCK_ROW_COLUMNS] = {false};
+
+	values[0] = PointerGetDatum(holder->key);
+	nulls[0] = holder->key == NULL;
 	values[1] = CStringGetTextDatum(scope);
 	values[2] = Int32GetDatum(holds);
-	values[3] = Int64GetDatum(lock->fence);
-	values[4] = TimestampTzGetDatum(lock->acquired_at);
-	values[5] = TimestampTzGetDatum(lock->lease_expires_at);
+	values[3] = Int64GetDatum(state->fence);
+	values[4] = TimestampTzGetDatum(state->acquired_at);
+	values[5] = TimestampTzGetDatum(holder->lease_expires_at);
+	/* an awaited lock has no fence or lease yet */
+	nulls[3] = nulls[4] = nulls[5] = !state->granted;
+	values[6] = Int32GetDatum(holder->pid);
+	values[7] = NameGetDatum(holder->server);
+	values[8] = BoolGetDatum(state->granted);
+	values[9] = TimestampTzGetDatum(state->waiting_since);
+	nulls[9] = state->granted;
+	values[10] = Int64GetDatum(holder->renewals);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /*
- * redis_locks(): the locks this backend holds, one row per scope, like its
- * rows of pg_locks.  The lease is this backend's view: when it last renewed
- * it plus its ttl.
+ * The rows of one lock, like its rows of pg_locks: one per scope that has
+ * holds, or one for the scope awaited.  A lock with no holds left, whose
+ * release is under way, has none.
+ */
+static void
+put_lock_rows(ReturnSetInfo *rsinfo, const LockRowHolder *holder,
+			  const RedisLockState *state)
+{
+	if (!state->granted)
+		put_lock_row(rsinfo, holder, state,
+					 state->session ? "session" : "transaction", 0);
+	if (state->session_holds > 0)
+		put_lock_row(rsinfo, holder, state, "session", state->session_holds);
+	if (state->xact_holds > 0)
+		put_lock_row(rsinfo, holder, state, "transaction", state->xact_holds);
+}
+
+/* The rows of this backend's locks, without the shared lock table */
+static void
+put_own_lock_rows(ReturnSetInfo *rsinfo)
+{
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+
+	if (held_locks == NULL)
+		return;
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+	{
+		LockRowHolder holder;
+		RedisLockState state;
+		NameData	server;
+
+		lock_state(lock, &state);
+		namestrcpy(&server, lock->conn->servername);
+		holder.key = cstring_to_text(user_key(lock));
+		holder.pid = MyProcPid;
+		holder.server = &server;
+		holder.renewals = 0;
+		holder.lease_expires_at = lock->lease_expires_at;
+		put_lock_rows(rsinfo, &holder, &state);
+	}
+}
+
+/*
+ * The rows of every backend's locks, from the shared lock table.  Keys of
+ * other roles' backends are shown as pg_stat_activity shows their queries.
+ */
+static void
+put_shared_lock_rows(ReturnSetInfo *rsinfo)
+{
+	int			n;
+	RedisLockEntry *entries = locktable_copy(&n);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		RedisLockEntry *entry = &entries[i];
+		LockRowHolder holder;
+
+		holder.key = locktable_key_visible(entry->roleid) ?
+			locktable_user_key(entry) : NULL;
+		holder.pid = entry->pid;
+		holder.server = &entry->servername;
+		holder.renewals = pg_atomic_read_u64(&entry->renewals);
+		holder.lease_expires_at =
+			Max(entry->state.lease_expires_at,
+				(TimestampTz) pg_atomic_read_u64(&entry->renewed_until));
+		put_lock_rows(rsinfo, &holder, &entry->state);
+	}
+}
+
+/*
+ * redis_locks(): the Redis locks of every backend, held or awaited, when
+ * the library is preloaded; otherwise this backend's.  The lease is the
+ * holder's view: when it (or the watchdog) last renewed it, plus its ttl.
  */
 Datum
 redis_locks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	HASH_SEQ_STATUS status;
-	HeldLock   *lock;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (held_locks == NULL)
-		return (Datum) 0;
-
-	hash_seq_init(&status, held_locks);
-	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
-	{
-		if (lock->session_holds > 0)
-			put_lock_row(rsinfo, lock, "session", lock->session_holds);
-		if (lock->xact_holds > 0)
-			put_lock_row(rsinfo, lock, "transaction", lock->xact_holds);
-	}
+	if (redislock_preloaded)
+		put_shared_lock_rows(rsinfo);
+	else
+		put_own_lock_rows(rsinfo);
 	return (Datum) 0;
 }
 
@@ -1019,6 +1215,7 @@ locks_verify_before_commit(void)
 			 * Redlock server's masters may)
 			 */
 			lock->fence = 0;
+			note_lease_lost(lock);
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("Redis lock \"%s\" on server \"%s\" was lost before commit",
@@ -1097,6 +1294,8 @@ locks_end_xact(RedisBatch *batch, bool session_too)
 		lock->xact_holds = 0;
 		lock->nlevels = 0;
 		untouch_lock(lock);
+		if (total_holds(lock) > 0)
+			publish_lock(lock);
 		queue_release_if_unheld(batch, lock);
 	}
 }
@@ -1121,6 +1320,8 @@ locks_end_subxact(RedisBatch *batch, int level, bool commit)
 			{
 				lock->xact_holds -= top->count;
 				lock->nlevels--;
+				if (total_holds(lock) > 0)
+					publish_lock(lock);
 			}
 			else if (lock->nlevels > 1 && top[-1].level == level - 1)
 			{

@@ -27,6 +27,10 @@ extern int	redislock_connect_timeout;
 extern int	redislock_command_timeout;
 extern int	redislock_end_timeout_limit;
 extern bool redislock_verify_before_commit;
+extern int	redislock_max_locks;
+
+/* Loaded by shared_preload_libraries: shared memory is there */
+extern bool redislock_preloaded;
 
 /* Wait event reported while waiting for a lock or for Redis */
 extern uint32 redislock_wait_event;
@@ -76,6 +80,7 @@ typedef struct RedisNode
 	bool		checked;		/* known ready: connected, peer not gone */
 	bool		stalled;		/* a call timed out, and no reply came since */
 	TimestampTz last_reply;		/* when a reply last arrived */
+	bool		was_connected;	/* a connect now is a reconnect */
 	char	   *connect_error;	/* why the last connect failed, if it did */
 	int			connect_sqlstate;	/* and the SQLSTATE that says so */
 } RedisNode;
@@ -193,5 +198,53 @@ typedef struct RedisBatch
 } RedisBatch;
 
 extern RedisCall *redis_batch_add(RedisBatch *batch);
+
+/*
+ * What redis_stats() counts per server, over all backends, when the
+ * library is preloaded (stats.c).  Each layer counts what it does; the
+ * lease watchdog and stock recovery count renewals, leases lost and
+ * decrements recovered with redis_count() as well.
+ */
+typedef enum RedisStat
+{
+	REDIS_STAT_CALLS,			/* commands sent */
+	REDIS_STAT_ROUND_TRIPS,		/* commands sent to a node and waited for */
+	REDIS_STAT_ERRORS,			/* nodes that failed a run, error replies */
+	REDIS_STAT_RECONNECTS,		/* connects of a node connected before */
+	REDIS_STAT_REDIRECTS,		/* MOVED and ASK followed */
+	REDIS_STAT_FAILOVERS,		/* a master found replaced */
+	REDIS_STAT_ACQUIRES,		/* locks taken */
+	REDIS_STAT_ACQUIRE_WAITS,	/* acquires that waited */
+	REDIS_STAT_ACQUIRE_TIMEOUTS,	/* waits that ended without the lock */
+	REDIS_STAT_WAIT_MS,			/* time those waits took */
+	REDIS_STAT_RENEWALS,		/* leases renewed by the watchdog */
+	REDIS_STAT_LEASES_LOST,		/* held locks found expired or taken */
+	REDIS_STAT_GIVE_BACKS,		/* rolled-back decrements given back */
+	REDIS_STAT_RECOVERED,		/* decrements given back by recovery */
+	REDIS_NUM_STATS
+} RedisStat;
+
+struct RedisServerStats;
+
+extern struct RedisServerStats *redis_server_stats(Oid serverid);
+extern void redis_count(struct RedisConn *conn, RedisStat stat, int64 n);
+extern Size stats_shmem_size(void);
+extern void stats_shmem_request(void);
+extern void stats_shmem_startup(void);
+
+/*
+ * What only a preloaded library has (shared memory) is refused otherwise,
+ * with a hint that says how to have it.
+ */
+static inline void
+redis_require_preload(const char *funcname)
+{
+	if (!redislock_preloaded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("redislock must be loaded via shared_preload_libraries to use %s()",
+						funcname),
+				 errhint("Add redislock to shared_preload_libraries in postgresql.conf and restart the server.")));
+}
 
 #endif							/* REDISLOCK_NODE_H */

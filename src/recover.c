@@ -310,7 +310,11 @@ static void
 settle_done(RecoverRun *run, RedisCall *call, FoundRecord *record)
 {
 	if (call->reply_type == REDIS_REPLY_INTEGER)
+	{
+		if (call->integer == 1 && strcmp(record->outcome, "aborted") == 0)
+			redis_count(run->conn, REDIS_STAT_RECOVERED, 1);
 		return;
+	}
 	record->outcome = strcmp(record->outcome, "aborted") == 0
 		? "give-back failed" : "clear failed";
 	if (run->nfailed++ > 0)

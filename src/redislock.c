@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * redislock.c
- *		Module entry point: settings and wait event.
+ *		Module entry point: settings, wait event and shared memory.
  *
  *-------------------------------------------------------------------------
  */
@@ -9,6 +9,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
@@ -23,6 +24,8 @@ int			redislock_connect_timeout = 1000;
 int			redislock_command_timeout = 1000;
 int			redislock_end_timeout_limit = 30000;
 bool		redislock_verify_before_commit = true;
+int			redislock_max_locks = 4096;
+bool		redislock_preloaded = false;
 
 uint32		redislock_wait_event = PG_WAIT_EXTENSION;
 
@@ -83,9 +86,62 @@ define_settings(void)
 	MarkGUCPrefixReserved("redislock");
 }
 
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Ask for the shared memory of the lock table and the counters */
+static void
+request_shmem(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	locktable_shmem_request();
+	stats_shmem_request();
+}
+
+static void
+startup_shmem(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	locktable_shmem_startup();
+	stats_shmem_startup();
+}
+
+/*
+ * A preloaded library sizes its shared memory now, from a setting that
+ * only a restart changes.
+ */
+static void
+init_shared_memory(void)
+{
+	DefineCustomIntVariable("redislock.max_locks",
+							"Number of Redis locks that all backends together can hold or wait for.",
+							"Each lock held or awaited takes an entry of the shared lock table.",
+							&redislock_max_locks,
+							4096, 1, INT_MAX / 2,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	redislock_preloaded = true;
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = request_shmem;
+#else
+	request_shmem();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = startup_shmem;
+}
+
 void
 _PG_init(void)
 {
+	if (process_shared_preload_libraries_in_progress)
+		init_shared_memory();
 	define_settings();
 #if PG_VERSION_NUM >= 170000
 	redislock_wait_event = WaitEventExtensionNew("RedisLock");

@@ -8,11 +8,13 @@
  * transaction story, topology.h for servers and their topologies, node.h
  * for Redis I/O.  Each file includes the lowest one it needs, and calls
  * only down this list of layers:
- *		redislock.c			the entry point: settings, callbacks
+ *		redislock.c			the entry point: settings, callbacks, shared
+ *							memory
  *		lock.c, stock.c,	the SQL functions: what to do with which keys;
  *		recover.c, xact.c	the transaction story and its ends
  *		decisions.c			the rows that make a decrement's commit its
  *							decision
+ *		locktable.c			the shared lock table: every backend's locks
  *		connection.c,		the connection cache: foreign server and user,
  *		option.c			and their options
  *		args.c, keys.c,		SQL arguments, key layout, the Lua scripts
@@ -29,6 +31,7 @@
  *		call.c				building calls, their replies, Redis errors
  *		node.c				one non-blocking socket to one Redis node
  *		resp.c				RESP encoding of commands
+ *		stats.c				counters per server, shared by all backends
  *
  *-------------------------------------------------------------------------
  */
@@ -38,6 +41,7 @@
 #include "access/transam.h"
 #include "access/xlogdefs.h"
 #include "fmgr.h"
+#include "port/atomics.h"
 #include "storage/itemptr.h"
 #include "storage/lockdefs.h"
 #include "utils/relcache.h"
@@ -151,5 +155,90 @@ extern List *stock_decisions_of_server(Relation rel, Snapshot snapshot,
 									   Oid serverid);
 
 extern void redislock_init_xact(void);
+
+/*
+ * The shared lock table (locktable.c), when the library is preloaded: an
+ * entry for every Redis lock that a backend holds or waits for.
+ *
+ * What the holder publishes of a lock, and what redis_locks() shows.
+ */
+typedef struct RedisLockState
+{
+	bool		granted;		/* false while the holder waits for it */
+	bool		session;		/* while waiting: asked for a session hold */
+	int			session_holds;
+	int			xact_holds;
+	int			ttl_ms;
+	int64		fence;
+	TimestampTz waiting_since;	/* 0 once granted */
+	TimestampTz acquired_at;
+	TimestampTz lease_expires_at;
+} RedisLockState;
+
+/*
+ * The part of a Redis key that an entry keeps, the server's key prefix
+ * included: a longer key is shown cut, and cannot be renewed for its
+ * holder (key_complete is false).
+ */
+#define REDISLOCK_ENTRY_KEY_LEN		256
+
+/* Room for an owner token: "pg:" host(64) ":" port ":" pid ":" server ":" 32 hex */
+#define REDISLOCK_TOKEN_HOST_LEN	64
+#define REDISLOCK_TOKEN_LEN			136
+
+/*
+ * One entry.  The holder writes it, under the table's lock; what a renewer
+ * (the lease watchdog) writes are the atomics at its end.  Everything a
+ * renewer needs is here: the database, the user whose user mapping the
+ * holder used, the server, the key and owner token, the ttl, and the
+ * holder's pid and PGPROC number.  id is unique over the life of the
+ * table: an entry whose id changed belongs to another lock, and an entry
+ * outlives neither its lock nor its backend.
+ */
+typedef struct RedisLockEntry
+{
+	int			index;			/* its place in the table, fixed */
+	int			next;			/* the next free entry, -1 for none */
+	uint64		id;				/* 0 while free */
+	int			pid;			/* the holder (or waiter) */
+	int			procno;			/* its PGPROC number */
+	Oid			dbid;
+	Oid			roleid;			/* the holder's session user: who sees key */
+	Oid			userid;			/* whose user mapping the holder used */
+	Oid			serverid;
+	NameData	servername;
+	int			keylen;			/* the whole Redis key's length */
+	int			prefixlen;		/* of the server's key prefix */
+	uint32		keyhash;		/* of the whole key, for comparing cut keys */
+	bool		key_complete;	/* keylen <= REDISLOCK_ENTRY_KEY_LEN */
+	char		key[REDISLOCK_ENTRY_KEY_LEN];	/* not NUL-terminated */
+	char		token[REDISLOCK_TOKEN_LEN];
+	RedisLockState state;
+	pg_atomic_uint32 lost;		/* the lease was found lost */
+	pg_atomic_uint64 renewals;	/* by the watchdog */
+	pg_atomic_uint64 renewed_until; /* its last renewal's lease end */
+} RedisLockEntry;
+
+/* How a backend, or a renewer, names an entry: its place and its id */
+typedef struct LockTableRef
+{
+	int			index;			/* -1: no shared table */
+	uint64		id;
+} LockTableRef;
+
+extern Size locktable_shmem_size(void);
+extern void locktable_shmem_request(void);
+extern void locktable_shmem_startup(void);
+extern void locktable_exit(int code, Datum arg);
+extern LockTableRef locktable_claim(RedisConn *conn, const char *rkey,
+									int rkeylen, const RedisLockState *state);
+extern void locktable_publish(LockTableRef ref, const RedisLockState *state);
+extern void locktable_release(LockTableRef ref);
+extern RedisLockEntry *locktable_copy(int *count);
+extern bool locktable_note_renewal(LockTableRef ref,
+								   TimestampTz lease_expires_at);
+extern bool locktable_mark_lost(LockTableRef ref);
+extern bool locktable_key_visible(Oid roleid);
+extern text *locktable_user_key(const RedisLockEntry *entry);
 
 #endif							/* REDISLOCK_H */

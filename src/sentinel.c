@@ -60,7 +60,10 @@ static void
 take_master(RedisConn *conn, int master)
 {
 	if (conn->master_index >= 0 && conn->master_index != master)
+	{
 		conn->nodes[conn->master_index]->role = "unknown";
+		redis_count(conn, REDIS_STAT_FAILOVERS, 1);
+	}
 	conn->master_index = master;
 	conn->nodes[master]->role = "master";
 	conn->master_checked_at = GetCurrentTimestamp();

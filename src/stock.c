@@ -594,6 +594,8 @@ giveback_done(RedisCall *call)
 						   decrement->op_id)));
 	else if (call->reply_type != REDIS_REPLY_INTEGER)
 		redis_unexpected_reply(call, key, WARNING);
+	else if (call->integer == 1)
+		redis_count(decrement->conn, REDIS_STAT_GIVE_BACKS, 1);
 	forget_decrement(decrement);
 }
 

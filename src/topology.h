@@ -68,6 +68,8 @@ typedef struct RedisConn
 	char	   *servername;		/* for messages */
 	char	   *owner_token;	/* what our locks on this server carry, made
 								 * at first use (lock.c) */
+	struct RedisServerStats *stats; /* the server's shared counters, NULL
+									 * without the preload (stats.c) */
 	uint32		server_hashvalue;	/* syscache hash of serverid */
 	bool		invalidated;	/* catalog changed: re-read options */
 	bool		retired;		/* replaced; alive only while pinned */

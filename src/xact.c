@@ -150,10 +150,12 @@ refuse_prepare(void)
 static void shmem_exit_callback(int code, Datum arg);
 
 /*
- * Register the backend-exit callback, once per backend.  A postmaster that
- * preloads the library cannot do it for its children (they start with
- * empty exit lists), so each backend does it at its first transaction end,
- * which comes before any user command.
+ * Register the backend-exit callbacks, once per backend: the release of
+ * what the backend holds, then (on_shmem_exit runs after every
+ * before_shmem_exit callback) the freeing of the lock table entries that
+ * are left.  A postmaster that preloads the library cannot do it for its
+ * children (they start with empty exit lists), so each backend does it at
+ * its first transaction end, which comes before any user command.
  */
 static void
 ensure_exit_callback(void)
@@ -163,6 +165,8 @@ ensure_exit_callback(void)
 	if (!registered)
 	{
 		before_shmem_exit(shmem_exit_callback, (Datum) 0);
+		if (redislock_preloaded)
+			on_shmem_exit(locktable_exit, (Datum) 0);
 		registered = true;
 	}
 }

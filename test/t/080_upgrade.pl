@@ -4,8 +4,9 @@
 # (including the initial privileges that pg_dump restores).
 #
 # The versions are those with an install script in sql/.  Each is installed
-# into a database of its own and updated; pg_dump then describes each
-# database.  A plain dump leaves out what belongs to an extension, so the
+# into a database of its own and updated, and the oldest is also updated
+# one version at a time; pg_dump then describes each database.  A plain
+# dump leaves out what belongs to an extension, so the
 # dump is taken in --binary-upgrade mode, which writes every member object
 # and its privileges out, without its data; the lines that carry OIDs (a
 # TOAST table's among them) or a table's frozen transaction IDs (which
@@ -97,6 +98,21 @@ foreach my $version (@versions[ 0 .. $#versions - 1 ])
 			describe_database($node, $db)),
 		'',
 		"$version updated to $newest has the objects and privileges of a fresh $newest");
+}
+
+# The oldest version updated one version at a time, 1.0 to 1.1 to 1.2 and
+# so on, as a server that took every release would have it.
+if (@versions > 2)
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE stepwise');
+	$node->safe_psql('stepwise', qq{CREATE EXTENSION redislock VERSION '$versions[0]'});
+	$node->safe_psql('stepwise', qq{ALTER EXTENSION redislock UPDATE TO '$_'})
+	  foreach @versions[ 1 .. $#versions ];
+	is( text_diff(
+			"fresh-$newest.sql", $fresh, 'updated-stepwise.sql',
+			describe_database($node, 'stepwise')),
+		'',
+		join(' -> ', @versions) . ", one update at a time, has the objects and privileges of a fresh $newest");
 }
 
 $node->stop;

@@ -1,0 +1,395 @@
+/*-------------------------------------------------------------------------
+ *
+ * locktable.c
+ *		The shared lock table: every Redis lock that any backend holds or
+ *		waits for, when the library is preloaded.
+ *
+ * The table is a fixed array of redislock.max_locks entries, made at
+ * postmaster start, with a list of the free ones.  A backend writes only
+ * its own entries, under the table's lock in exclusive mode, and never
+ * across Redis I/O: it claims an entry before its first attempt at a lock
+ * (so a full table fails before Redis is touched), publishes what changed
+ * (granted, holds, lease) once Redis has answered, and frees the entry
+ * when it forgets the lock.  Readers copy the entries under the lock in
+ * shared mode, and make rows of the copies after releasing it.  A renewer
+ * touches only an entry's atomics, after checking under the shared lock
+ * that the entry still has the id it copied.
+ *
+ * An entry leaves with its lock on every path where lock.c forgets one
+ * (release, transaction and savepoint end, a failed acquire, backend
+ * exit); at exit, whatever a backend still has is freed after lock.c's
+ * own clean-up.  A crash restart makes the table anew.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_authid.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+
+#include "redislock.h"
+
+typedef struct LockTable
+{
+	LWLock	   *lock;
+	int			size;			/* redislock.max_locks */
+	int			used;
+	int			freelist;		/* the first free entry, -1 for none */
+	uint64		last_id;
+	RedisLockEntry entries[FLEXIBLE_ARRAY_MEMBER];
+} LockTable;
+
+static LockTable *table = NULL;
+
+/* Entries this backend has claimed and not freed yet */
+static int	claimed = 0;
+
+PG_FUNCTION_INFO_V1(redis_blocking_pids);
+
+Size
+locktable_shmem_size(void)
+{
+	return add_size(offsetof(LockTable, entries),
+					mul_size(redislock_max_locks, sizeof(RedisLockEntry)));
+}
+
+void
+locktable_shmem_request(void)
+{
+	RequestAddinShmemSpace(locktable_shmem_size());
+	RequestNamedLWLockTranche("redislock locks", 1);
+}
+
+/*
+ * Attach to the table, making it if this is the postmaster's first start
+ * or a restart after a crash: every entry free.
+ */
+void
+locktable_shmem_startup(void)
+{
+	bool		found;
+	int			i;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	table = ShmemInitStruct("redislock lock table", locktable_shmem_size(),
+							&found);
+	if (!found)
+	{
+		table->lock = &(GetNamedLWLockTranche("redislock locks"))->lock;
+		table->size = redislock_max_locks;
+		table->used = 0;
+		table->last_id = 0;
+		for (i = 0; i < table->size; i++)
+		{
+			RedisLockEntry *entry = &table->entries[i];
+
+			memset(entry, 0, sizeof(RedisLockEntry));
+			entry->index = i;
+			entry->next = i + 1 < table->size ? i + 1 : -1;
+			pg_atomic_init_u32(&entry->lost, 0);
+			pg_atomic_init_u64(&entry->renewals, 0);
+			pg_atomic_init_u64(&entry->renewed_until, 0);
+		}
+		table->freelist = table->size > 0 ? 0 : -1;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Put an entry back on the free list; the caller holds the lock */
+static void
+free_entry(RedisLockEntry *entry)
+{
+	entry->id = 0;
+	entry->pid = 0;
+	entry->next = table->freelist;
+	table->freelist = entry->index;
+	table->used--;
+}
+
+/*
+ * Backend exit, after lock.c has released what it could (xact.c registers
+ * this with on_shmem_exit, which runs after before_shmem_exit callbacks):
+ * free the entries still claimed, so that none outlives its backend.
+ */
+void
+locktable_exit(int code, Datum arg)
+{
+	int			i;
+
+	if (claimed == 0)
+		return;
+	LWLockAcquire(table->lock, LW_EXCLUSIVE);
+	for (i = 0; i < table->size; i++)
+		if (table->entries[i].id != 0 && table->entries[i].pid == MyProcPid)
+			free_entry(&table->entries[i]);
+	LWLockRelease(table->lock);
+	claimed = 0;
+}
+
+/* Fill a claimed entry with the lock's identity; the caller holds the lock */
+static void
+fill_entry(RedisLockEntry *entry, RedisConn *conn, const char *rkey,
+		   int rkeylen, uint32 keyhash, const RedisLockState *state)
+{
+	entry->pid = MyProcPid;
+	entry->procno = MyProc->pgprocno;
+	entry->dbid = MyDatabaseId;
+	entry->roleid = GetSessionUserId();
+	entry->userid = conn->userid;
+	entry->serverid = conn->serverid;
+	namestrcpy(&entry->servername, conn->servername);
+	entry->keylen = rkeylen;
+	entry->prefixlen = strlen(conn->key_prefix);
+	entry->keyhash = keyhash;
+	entry->key_complete = rkeylen <= REDISLOCK_ENTRY_KEY_LEN;
+	memcpy(entry->key, rkey, Min(rkeylen, REDISLOCK_ENTRY_KEY_LEN));
+	strlcpy(entry->token, conn->owner_token, REDISLOCK_TOKEN_LEN);
+	entry->state = *state;
+	pg_atomic_write_u32(&entry->lost, 0);
+	pg_atomic_write_u64(&entry->renewals, 0);
+	pg_atomic_write_u64(&entry->renewed_until, 0);
+}
+
+/*
+ * Claim an entry for a lock on conn's server, with its owner token made,
+ * in the state given.  Without the preload there is no table, and the
+ * reference says so.  A full table is an error, raised before the caller
+ * touches Redis.
+ */
+LockTableRef
+locktable_claim(RedisConn *conn, const char *rkey, int rkeylen,
+				const RedisLockState *state)
+{
+	LockTableRef ref = {-1, 0};
+	uint32		keyhash;
+	RedisLockEntry *entry;
+
+	if (table == NULL)
+		return ref;
+	Assert(conn->owner_token != NULL);
+	keyhash = hash_bytes((const unsigned char *) rkey, rkeylen);
+
+	LWLockAcquire(table->lock, LW_EXCLUSIVE);
+	if (table->freelist < 0)
+	{
+		LWLockRelease(table->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of Redis lock table entries"),
+				 errdetail("All %d entries are taken by locks that backends hold or wait for.",
+						   table->size),
+				 errhint("You might need to increase redislock.max_locks.")));
+	}
+	entry = &table->entries[table->freelist];
+	table->freelist = entry->next;
+	table->used++;
+	entry->id = ++table->last_id;
+	fill_entry(entry, conn, rkey, rkeylen, keyhash, state);
+	ref.index = entry->index;
+	ref.id = entry->id;
+	LWLockRelease(table->lock);
+	claimed++;
+	return ref;
+}
+
+/* Publish the state of this backend's lock */
+void
+locktable_publish(LockTableRef ref, const RedisLockState *state)
+{
+	if (ref.index < 0)
+		return;
+	LWLockAcquire(table->lock, LW_EXCLUSIVE);
+	Assert(table->entries[ref.index].id == ref.id);
+	table->entries[ref.index].state = *state;
+	LWLockRelease(table->lock);
+}
+
+/* Free the entry of a lock this backend forgets */
+void
+locktable_release(LockTableRef ref)
+{
+	if (ref.index < 0)
+		return;
+	LWLockAcquire(table->lock, LW_EXCLUSIVE);
+	Assert(table->entries[ref.index].id == ref.id &&
+		   table->entries[ref.index].pid == MyProcPid);
+	free_entry(&table->entries[ref.index]);
+	LWLockRelease(table->lock);
+	claimed--;
+}
+
+/*
+ * A palloc'd copy of every entry in use, and their number.  The array is
+ * allocated before the lock is taken, for as many entries as were in use
+ * then; if more are in use once it is taken, that is done again.
+ */
+RedisLockEntry *
+locktable_copy(int *count)
+{
+	for (;;)
+	{
+		int			room = Max(table->used, 1);
+		RedisLockEntry *copies = palloc(sizeof(RedisLockEntry) * room);
+		int			n = 0;
+		int			i;
+
+		LWLockAcquire(table->lock, LW_SHARED);
+		if (table->used <= room)
+		{
+			for (i = 0; i < table->size && n < table->used; i++)
+				if (table->entries[i].id != 0)
+					copies[n++] = table->entries[i];
+			LWLockRelease(table->lock);
+			*count = n;
+			return copies;
+		}
+		LWLockRelease(table->lock);
+		pfree(copies);
+	}
+}
+
+/*
+ * Look up, under the shared lock, the entry that ref names: NULL when it
+ * was freed or went to another lock since ref was taken.
+ */
+static RedisLockEntry *
+referenced_entry(LockTableRef ref)
+{
+	RedisLockEntry *entry = &table->entries[ref.index];
+
+	return entry->id == ref.id ? entry : NULL;
+}
+
+/*
+ * For the lease watchdog: count a renewal of the entry's lease, which now
+ * runs until lease_expires_at.  False when the entry is no longer that
+ * lock's, whose holder has released it or exited.
+ */
+bool
+locktable_note_renewal(LockTableRef ref, TimestampTz lease_expires_at)
+{
+	RedisLockEntry *entry;
+
+	if (ref.index < 0)
+		return false;
+	LWLockAcquire(table->lock, LW_SHARED);
+	entry = referenced_entry(ref);
+	if (entry != NULL)
+	{
+		pg_atomic_fetch_add_u64(&entry->renewals, 1);
+		pg_atomic_write_u64(&entry->renewed_until, (uint64) lease_expires_at);
+	}
+	LWLockRelease(table->lock);
+	return entry != NULL;
+}
+
+/*
+ * Mark the entry's lease as found lost, by its holder or by the watchdog.
+ * True for the first to find it (who counts it), and always without the
+ * preload, as then nobody else looks.
+ */
+bool
+locktable_mark_lost(LockTableRef ref)
+{
+	RedisLockEntry *entry;
+	bool		first = false;
+
+	if (ref.index < 0)
+		return true;
+	LWLockAcquire(table->lock, LW_SHARED);
+	entry = referenced_entry(ref);
+	if (entry != NULL)
+		first = pg_atomic_exchange_u32(&entry->lost, 1) == 0;
+	LWLockRelease(table->lock);
+	return first;
+}
+
+/* Do two entries name the same lock: the same server and Redis key? */
+static bool
+same_lock(const RedisLockEntry *a, const RedisLockEntry *b)
+{
+	return a->dbid == b->dbid && a->serverid == b->serverid &&
+		a->keylen == b->keylen && a->keyhash == b->keyhash &&
+		memcmp(a->key, b->key, Min(a->keylen, REDISLOCK_ENTRY_KEY_LEN)) == 0;
+}
+
+/*
+ * redis_blocking_pids(pid): the backends of this server that hold the
+ * Redis lock that pid waits for, as pg_blocking_pids() does for
+ * PostgreSQL's locks.  Empty when pid waits for none, or only for a lock
+ * that clients elsewhere hold.
+ */
+Datum
+redis_blocking_pids(PG_FUNCTION_ARGS)
+{
+	int			pid;
+	RedisLockEntry *entries;
+	const RedisLockEntry *waiter = NULL;
+	Datum	   *pids;
+	int			npids = 0;
+	int			n;
+	int			i;
+	int			j;
+
+	redis_require_preload("redis_blocking_pids");
+	require_argument(fcinfo, 0, "pid");
+	pid = PG_GETARG_INT32(0);
+	entries = locktable_copy(&n);
+	for (i = 0; i < n && waiter == NULL; i++)
+		if (entries[i].pid == pid && !entries[i].state.granted)
+			waiter = &entries[i];
+
+	pids = palloc(sizeof(Datum) * Max(n, 1));
+	for (i = 0; waiter != NULL && i < n; i++)
+	{
+		if (!entries[i].state.granted || entries[i].pid == pid ||
+			!same_lock(&entries[i], waiter))
+			continue;
+		for (j = 0; j < npids; j++)
+			if (DatumGetInt32(pids[j]) == entries[i].pid)
+				break;
+		if (j == npids)
+			pids[npids++] = Int32GetDatum(entries[i].pid);
+	}
+	PG_RETURN_ARRAYTYPE_P(construct_array(pids, npids, INT4OID,
+										  sizeof(int32), true, TYPALIGN_INT));
+}
+
+/*
+ * May the current user see the keys of a backend whose session user is
+ * roleid?  As for pg_stat_activity's queries: members of
+ * pg_read_all_stats, and of that role.
+ */
+bool
+locktable_key_visible(Oid roleid)
+{
+	return has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS) ||
+		has_privs_of_role(GetUserId(), roleid);
+}
+
+/*
+ * The user's part of an entry's key, as it has it: after the prefix, cut
+ * at a whole character when the entry could not keep all of it, and at a
+ * NUL byte as lock.c shows its own keys.
+ */
+text *
+locktable_user_key(const RedisLockEntry *entry)
+{
+	int			kept = Min(entry->keylen, REDISLOCK_ENTRY_KEY_LEN);
+	const char *key = entry->key + Min(entry->prefixlen, kept);
+	int			len = strnlen(key, kept - Min(entry->prefixlen, kept));
+
+	if (!entry->key_complete)
+		len = pg_mbcliplen(key, len, len);
+	return cstring_to_text_with_len(key, len);
+}

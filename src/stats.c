@@ -1,0 +1,263 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.c
+ *		Counters per Redis server, over all backends, when the library is
+ *		preloaded, and their SQL functions.
+ *
+ * A server's counters are atomics in a fixed array in shared memory, found
+ * once per connection cache entry (under the array's lock) and then added
+ * to without a lock by whichever layer does what they count.  A server is
+ * a foreign server of one database, so redis_stats() shows the servers of
+ * the current database, as pg_stat_user_tables shows its tables.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/pg_foreign_server.h"
+#include "fmgr.h"
+#include "foreign/foreign.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "redislock.h"
+
+/*
+ * Servers counted, over all databases.  The counters of a server beyond
+ * that are not kept.
+ */
+#define MAX_COUNTED_SERVERS 1024
+
+typedef struct RedisServerStats
+{
+	Oid			dbid;
+	Oid			serverid;
+	TimestampTz stats_reset;	/* 0 until reset */
+	pg_atomic_uint64 counters[REDIS_NUM_STATS];
+} RedisServerStats;
+
+typedef struct ServerStatsTable
+{
+	LWLock	   *lock;			/* for adding a server and resetting */
+	int			nservers;
+	RedisServerStats servers[MAX_COUNTED_SERVERS];
+} ServerStatsTable;
+
+static ServerStatsTable *stats = NULL;
+
+PG_FUNCTION_INFO_V1(redis_stats);
+PG_FUNCTION_INFO_V1(redis_stats_reset);
+
+Size
+stats_shmem_size(void)
+{
+	return sizeof(ServerStatsTable);
+}
+
+void
+stats_shmem_request(void)
+{
+	RequestAddinShmemSpace(stats_shmem_size());
+	RequestNamedLWLockTranche("redislock stats", 1);
+}
+
+/* Attach to the counters, made anew at the first start and after a crash */
+void
+stats_shmem_startup(void)
+{
+	bool		found;
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	stats = ShmemInitStruct("redislock stats", stats_shmem_size(), &found);
+	if (!found)
+	{
+		stats->lock = &(GetNamedLWLockTranche("redislock stats"))->lock;
+		stats->nservers = 0;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* The counters of a server of this database; the caller holds the lock */
+static RedisServerStats *
+find_server(Oid serverid)
+{
+	int			i;
+
+	for (i = 0; i < stats->nservers; i++)
+		if (stats->servers[i].serverid == serverid &&
+			stats->servers[i].dbid == MyDatabaseId)
+			return &stats->servers[i];
+	return NULL;
+}
+
+/*
+ * The counters of a server of this database, added at its first use; NULL
+ * without the preload, or when MAX_COUNTED_SERVERS are counted already.
+ */
+RedisServerStats *
+redis_server_stats(Oid serverid)
+{
+	RedisServerStats *server;
+	int			i;
+
+	if (stats == NULL)
+		return NULL;
+	LWLockAcquire(stats->lock, LW_SHARED);
+	server = find_server(serverid);
+	LWLockRelease(stats->lock);
+	if (server != NULL)
+		return server;
+
+	LWLockAcquire(stats->lock, LW_EXCLUSIVE);
+	server = find_server(serverid);
+	if (server == NULL && stats->nservers < MAX_COUNTED_SERVERS)
+	{
+		server = &stats->servers[stats->nservers++];
+		server->dbid = MyDatabaseId;
+		server->serverid = serverid;
+		server->stats_reset = 0;
+		for (i = 0; i < REDIS_NUM_STATS; i++)
+			pg_atomic_init_u64(&server->counters[i], 0);
+	}
+	LWLockRelease(stats->lock);
+	return server;
+}
+
+/* Add n to a counter of conn's server */
+void
+redis_count(RedisConn *conn, RedisStat stat, int64 n)
+{
+	if (conn->stats != NULL)
+		pg_atomic_fetch_add_u64(&conn->stats->counters[stat], n);
+}
+
+/* A server's counters as read, for a row */
+typedef struct ServerCounts
+{
+	Oid			serverid;
+	TimestampTz stats_reset;
+	uint64		counters[REDIS_NUM_STATS];
+} ServerCounts;
+
+/* Read the counters of this database's servers; returns how many */
+static int
+read_counts(ServerCounts *counts)
+{
+	int			n = 0;
+	int			i;
+	int			c;
+
+	LWLockAcquire(stats->lock, LW_SHARED);
+	for (i = 0; i < stats->nservers; i++)
+	{
+		RedisServerStats *server = &stats->servers[i];
+
+		if (server->dbid != MyDatabaseId)
+			continue;
+		counts[n].serverid = server->serverid;
+		counts[n].stats_reset = server->stats_reset;
+		for (c = 0; c < REDIS_NUM_STATS; c++)
+			counts[n].counters[c] = pg_atomic_read_u64(&server->counters[c]);
+		n++;
+	}
+	LWLockRelease(stats->lock);
+	return n;
+}
+
+/* The row of one server: its name, its counters, when they were reset */
+static void
+put_server_row(ReturnSetInfo *rsinfo, const NameData *servername,
+			   const ServerCounts *counts)
+{
+	Datum		values[REDIS_NUM_STATS + 2];
+	bool		nulls[REDIS_NUM_STATS + 2] = {false};
+	int			c;
+
+	values[0] = NameGetDatum(servername);
+	for (c = 0; c < REDIS_NUM_STATS; c++)
+		values[c + 1] = Int64GetDatum(counts ? (int64) counts->counters[c] : 0);
+	values[REDIS_NUM_STATS + 1] =
+		TimestampTzGetDatum(counts ? counts->stats_reset : 0);
+	nulls[REDIS_NUM_STATS + 1] = counts == NULL || counts->stats_reset == 0;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * redis_stats(): a row per foreign server of redislock in this database,
+ * with what was counted for it since the server started, or since
+ * redis_stats_reset().  A server never used has zeros.
+ */
+Datum
+redis_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ForeignDataWrapper *fdw;
+	ServerCounts *counts;
+	int			ncounts;
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	int			i;
+
+	redis_require_preload("redis_stats");
+	InitMaterializedSRF(fcinfo, 0);
+	counts = palloc(sizeof(ServerCounts) * MAX_COUNTED_SERVERS);
+	ncounts = read_counts(counts);
+
+	fdw = GetForeignDataWrapperByName("redislock", false);
+	rel = table_open(ForeignServerRelationId, AccessShareLock);
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 0, NULL);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		Form_pg_foreign_server server = (Form_pg_foreign_server) GETSTRUCT(tuple);
+		const ServerCounts *found = NULL;
+
+		if (server->srvfdw != fdw->fdwid)
+			continue;
+		for (i = 0; i < ncounts && found == NULL; i++)
+			if (counts[i].serverid == server->oid)
+				found = &counts[i];
+		put_server_row(rsinfo, &server->srvname, found);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return (Datum) 0;
+}
+
+/*
+ * redis_stats_reset(): start the counters of this database's servers
+ * again from zero.
+ */
+Datum
+redis_stats_reset(PG_FUNCTION_ARGS)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			i;
+	int			c;
+
+	redis_require_preload("redis_stats_reset");
+	LWLockAcquire(stats->lock, LW_EXCLUSIVE);
+	for (i = 0; i < stats->nservers; i++)
+	{
+		RedisServerStats *server = &stats->servers[i];
+
+		if (server->dbid != MyDatabaseId)
+			continue;
+		for (c = 0; c < REDIS_NUM_STATS; c++)
+			pg_atomic_write_u64(&server->counters[c], 0);
+		server->stats_reset = now;
+	}
+	LWLockRelease(stats->lock);
+	PG_RETURN_VOID();
+}
