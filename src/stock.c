@@ -26,11 +26,8 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "fmgr.h"
-#include "storage/latch.h"
-#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "utils/timeout.h"
 
 #include "redislock.h"
 
@@ -64,14 +61,6 @@ static FullTransactionId op_id_xid = {0};
  * start of the operation ids of its decrements, made once per transaction
  */
 static char op_id_start[64];
-
-/*
- * How long a transaction may stay open after a decrement before the WAL
- * that carries its transaction ID is written out, and the timeout that
- * asks the WAL writer to do it (MAX_TIMEOUTS until registered)
- */
-#define OPEN_DECREMENT_WAL_MS	10
-static TimeoutId open_decrement_timeout = MAX_TIMEOUTS;
 
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
 static dlist_head pending = DLIST_STATIC_INIT(pending);
@@ -474,39 +463,6 @@ remaining_stock(const RedisCall *call, const char *key)
 }
 
 /*
- * Wake the WAL writer, from a timeout: SetLatch() is safe in a signal
- * handler
- */
-static void
-wake_wal_writer(void)
-{
-	if (ProcGlobal->walwriterLatch != NULL)
-		SetLatch(ProcGlobal->walwriterLatch);
-}
-
-/*
- * Write the row of a decrement that took units.  Should the transaction
- * stay open, the WAL that carries its ID is written out by the WAL writer
- * soon after, without the backend waiting for it, so that a crash does not
- * hand the ID out again while the record in Redis names it: the ID shown
- * by redis_stock_recover() then names one transaction only.  Transactions
- * that end sooner, as orders do, cost a timer and no write.
- */
-static void
-record_decision(Relation decisions, const PendingDecrement *decrement)
-{
-	stock_decision_insert(decisions, decrement->xid, decrement->op_id,
-						  decrement->conn->serverid, decrement->keys.records,
-						  decrement->keys.recordslen);
-	XLogSetAsyncXactLSN(XactLastRecEnd);
-	if (open_decrement_timeout == MAX_TIMEOUTS)
-		open_decrement_timeout = RegisterTimeout(USER_TIMEOUT,
-												 wake_wal_writer);
-	if (!get_timeout_active(open_decrement_timeout))
-		enable_timeout_after(open_decrement_timeout, OPEN_DECREMENT_WAL_MS);
-}
-
-/*
  * redis_stock_decr(key, qty, buyer): take qty units if that many remain and
  * return what is left; -1 when there are too few, -2 when the buyer (if
  * given) has bought the item already.  The decrement is remembered so that
@@ -553,7 +509,10 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 		redis_report_replicas(&calls[1], key,
 							  "the units are given back as the statement rolls back");
 	if (remaining >= 0)
-		record_decision(decisions, decrement);
+		stock_decision_insert(decisions, decrement->xid, decrement->op_id,
+							  decrement->conn->serverid,
+							  decrement->keys.records,
+							  decrement->keys.recordslen);
 	table_close(decisions, NoLock);
 	PG_RETURN_INT64(remaining);
 }
@@ -729,8 +688,6 @@ stock_end_xact(RedisBatch *batch, bool commit)
 {
 	dlist_mutable_iter iter;
 
-	if (open_decrement_timeout != MAX_TIMEOUTS)
-		disable_timeout(open_decrement_timeout, false);
 	clear_flushed_records();
 	if (commit && !dlist_is_empty(&pending))
 	{
