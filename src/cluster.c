@@ -191,24 +191,16 @@ parse_slot_ranges(RedisCall *call, const redisReply *reply)
 	call->origin = ranges;
 }
 
-/*
- * Make the slot ranges of a CLUSTER SLOTS reply conn's map.  A node that
- * was a replica and now serves slots was promoted: a failover.
- */
+/* Make the slot ranges of a CLUSTER SLOTS reply conn's map */
 static void
 apply_slot_ranges(RedisConn *conn, List *ranges)
 {
 	ListCell   *lc;
-	int			nknown = conn->nnodes;
-	bool	   *was_replica = palloc(sizeof(bool) * Max(nknown, 1));
 	int			i;
 
 	memset(conn->slot_owner, -1, sizeof(int16) * REDIS_CLUSTER_SLOTS);
-	for (i = 0; i < nknown; i++)
-	{
-		was_replica[i] = strcmp(conn->nodes[i]->role, "replica") == 0;
+	for (i = 0; i < conn->nnodes; i++)
 		conn->nodes[i]->role = "unknown";
-	}
 	foreach(lc, ranges)
 	{
 		SlotRange  *range = lfirst(lc);
@@ -232,10 +224,6 @@ apply_slot_ranges(RedisConn *conn, List *ranges)
 		for (slot = range->first; slot <= range->last && master >= 0; slot++)
 			conn->slot_owner[slot] = master;
 	}
-	for (i = 0; i < nknown; i++)
-		if (was_replica[i] && strcmp(conn->nodes[i]->role, "master") == 0)
-			redis_count(conn, REDIS_STAT_FAILOVERS, 1);
-	pfree(was_replica);
 	conn->map_stale = false;
 }
 
