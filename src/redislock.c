@@ -140,14 +140,16 @@ init_shared_memory(void)
 void
 _PG_init(void)
 {
+	/* the preload's settings first: define_settings() reserves the prefix */
 	if (process_shared_preload_libraries_in_progress)
+	{
 		init_shared_memory();
+		redislock_init_worker();
+	}
 	define_settings();
 #if PG_VERSION_NUM >= 170000
 	redislock_wait_event = WaitEventExtensionNew("RedisLock");
 #endif
 	redislock_init_connections();
 	redislock_init_xact();
-	if (process_shared_preload_libraries_in_progress)
-		redislock_init_worker();
 }

@@ -68,6 +68,9 @@
 #define FIRST_RETRY_MS		1000
 #define LAST_RETRY_MS		30000
 
+/* redislock.recover_interval: ms between two recoveries, 0 for none */
+static int	recover_interval_ms = 300000;
+
 /* How often the launcher looks for commands that need a worker's database */
 #define WATCH_MS			500
 
@@ -209,6 +212,14 @@ void
 redislock_init_worker(void)
 {
 	BackgroundWorker launcher;
+
+	DefineCustomIntVariable("redislock.recover_interval",
+							"Time between two stock recoveries by the background worker.",
+							"Besides the recovery at server start and after a crash, the worker recovers stock in every database this often, which also deletes the rows of decrements whose records are gone; 0 recovers only at start.",
+							&recover_interval_ms,
+							300000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	define_worker(&launcher, "redislock_launcher_main", "redislock launcher");
 	launcher.bgw_restart_time = LAUNCHER_RESTART_S;
@@ -526,6 +537,33 @@ start_due_workers(void)
 	return Max(TimestampDifferenceMilliseconds(now, next), 1);
 }
 
+/*
+ * When the next recovery in every database is due: a crash is not the only
+ * way records are left (a give-back that could not reach Redis), and the
+ * rows of decrements whose records are gone pile up until a recovery
+ * deletes them.
+ */
+static TimestampTz
+sweep_after(TimestampTz now)
+{
+	if (recover_interval_ms == 0)
+		return DT_NOEND;
+	return TimestampTzPlusMilliseconds(now, recover_interval_ms);
+}
+
+/* The launcher's sleep: until a worker is due (-1: none) or the sweep is */
+static long
+until_sweep(long timeout, TimestampTz next_sweep)
+{
+	long		sweep_ms;
+
+	if (next_sweep == DT_NOEND)
+		return timeout;
+	sweep_ms = Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+												   next_sweep), 1);
+	return timeout < 0 ? sweep_ms : Min(timeout, sweep_ms);
+}
+
 /* At the launcher's exit: requests no longer wake it */
 static void
 forget_launcher(int code, Datum arg)
@@ -545,6 +583,7 @@ void
 redislock_launcher_main(Datum main_arg)
 {
 	List	   *backlog;
+	TimestampTz next_sweep;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -559,13 +598,20 @@ redislock_launcher_main(Datum main_arg)
 	on_shmem_exit(forget_launcher, 0);
 
 	backlog = connectable_databases();
+	next_sweep = sweep_after(GetCurrentTimestamp());
 	for (;;)
 	{
 		long		timeout;
+		TimestampTz now = GetCurrentTimestamp();
 
+		if (now >= next_sweep)
+		{
+			backlog = list_concat_unique_oid(backlog, connectable_databases());
+			next_sweep = sweep_after(now);
+		}
 		backlog = request_recoveries(backlog);
 		terminate_workers_in_the_way();
-		timeout = start_due_workers();
+		timeout = until_sweep(start_due_workers(), next_sweep);
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
 						 (timeout >= 0 ? WL_TIMEOUT : 0),
@@ -576,6 +622,7 @@ redislock_launcher_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			next_sweep = sweep_after(GetCurrentTimestamp());
 		}
 	}
 }
