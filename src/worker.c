@@ -606,7 +606,10 @@ redislock_launcher_main(Datum main_arg)
 
 		if (now >= next_sweep)
 		{
-			backlog = list_concat_unique_oid(backlog, connectable_databases());
+			List	   *dbs = connectable_databases();
+
+			backlog = list_concat_unique_oid(backlog, dbs);
+			list_free(dbs);
 			next_sweep = sweep_after(now);
 		}
 		backlog = request_recoveries(backlog);
