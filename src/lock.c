@@ -100,6 +100,7 @@ PG_FUNCTION_INFO_V1(redis_lock_release);
 PG_FUNCTION_INFO_V1(redis_lock_release_all);
 PG_FUNCTION_INFO_V1(redis_lock_extend);
 PG_FUNCTION_INFO_V1(redis_lock_fence);
+PG_FUNCTION_INFO_V1(redis_fence_guard);
 PG_FUNCTION_INFO_V1(redis_locks);
 
 static uint32
@@ -1024,6 +1025,36 @@ redis_lock_fence(PG_FUNCTION_ARGS)
 
 	if (lock == NULL || total_holds(lock) == 0)
 		PG_RETURN_NULL();
+	PG_RETURN_INT64(lock->fence);
+}
+
+/*
+ * redis_fence_guard(key, stored): the fencing token of a held lock, for a
+ * write that stores it beside the data the lock protects.  The database is
+ * where that data lives, so the check belongs in the writing transaction:
+ * a stored token larger than ours means a newer holder has written, and
+ * our lease must have ended unnoticed (a pause, a partition), so the write
+ * is refused with a serialization failure.  A NULL stored token means no
+ * holder has written yet.
+ */
+Datum
+redis_fence_guard(PG_FUNCTION_ARGS)
+{
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	int64		stored = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
+
+	if (lock == NULL || total_holds(lock) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("you do not hold Redis lock \"%s\"",
+						text_to_cstring(PG_GETARG_TEXT_PP(0))),
+				 errhint("Acquire the lock before writing what it protects.")));
+	if (stored > lock->fence)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("fencing token " INT64_FORMAT " of Redis lock \"%s\" is older than the stored token " INT64_FORMAT,
+						lock->fence, user_key(lock), stored),
+				 errdetail("A later holder of the lock has written since this backend acquired it.")));
 	PG_RETURN_INT64(lock->fence);
 }
 
