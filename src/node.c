@@ -47,6 +47,7 @@
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 #include "topology.h"
 
@@ -238,7 +239,9 @@ read_waiting(RedisNode *node, TimestampTz deadline, int elevel)
 			return -1;
 		if (ms_until(deadline) <= RECEIVE_SLICE_MS)
 			return 0;
+		pgstat_report_wait_start(redislock_wait_event);
 		ok = receive_from(node, 0, &closed, &got);
+		pgstat_report_wait_end();
 		if (ok && !got)
 		{
 			if (!PostmasterIsAlive())
