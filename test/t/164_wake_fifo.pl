@@ -134,6 +134,8 @@ sub evalsha_calls
 # FIFO: ten waiters are granted in the order they came
 hold('fifo', 60000);
 is(queue_waiters('fifo', 0.01, 0 .. 9), 10, 'ten waiters queue one after the other');
+works($viewer, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pids[9]",
+	'Extension', 'the last one shows its wait in pg_stat_activity');
 commit_holder();
 is(finish_waiters(0 .. 9), 10, 'each gets the lock');
 is(grant_order('fifo'), join(',', map { "w$_" } 0 .. 9),
@@ -246,6 +248,16 @@ hold('calls', 60000);
 is(queue_waiters('calls', 0.01, 0 .. 7), 8, 'eight waiters queue');
 my $calls = evalsha_calls();
 usleep(1_000_000);
+($out, $err) = session_query($waiters[8],
+	"SET statement_timeout = 200; SELECT redis_lock_acquire('calls', 60000, -1)");
+like($err, qr/57014: canceling statement due to statement timeout/,
+	'statement_timeout ends a wait in line');
+($out, $err) = session_query($waiters[8],
+	"SET statement_timeout = 0; SET lock_timeout = 200; SELECT redis_lock_acquire('calls', 60000, -1)");
+like($err, qr/55P03: canceling statement due to lock timeout/,
+	'and so does lock_timeout');
+works($waiters[8], "RESET lock_timeout; SELECT redis_lock_acquire('calls', 60000, 0)",
+	'f', 'a try with others in line fails');
 is(evalsha_calls() - $calls, 0, 'behind a local holder nobody asks Redis');
 commit_holder();
 is(finish_waiters(0 .. 7), 8, 'after the release each gets the lock');
