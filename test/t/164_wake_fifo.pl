@@ -4,7 +4,8 @@
 # the lock to the next local waiter at once, a local holder whose lease ran
 # out no longer blocks, a foreign holder is polled for by the first local
 # waiter only, a session that released and asks again queues behind the
-# others, and only the first in line makes Redis calls.
+# others, and only the first in line makes Redis calls; statement_timeout
+# and lock_timeout end a wait in line, and a try fails there.
 use strict;
 use warnings;
 
