@@ -659,20 +659,26 @@ count_wait(HeldLock *lock, long waited_ms, bool timed_out)
 		redis_count(lock->conn, REDIS_STAT_ACQUIRE_TIMEOUTS, 1);
 }
 
+/* Count the first wait of an acquire, once */
+static void
+note_waiting(HeldLock *lock, bool *waited)
+{
+	if (!*waited)
+		redis_count(lock->conn, REDIS_STAT_ACQUIRE_WAITS, 1);
+	*waited = true;
+}
+
 /*
- * Sleep before the next attempt: capped exponential backoff with jitter, so
- * waiters do not hammer Redis in step.  The latch wakes us for query cancel
- * and statement_timeout; lock_timeout is enforced here, as for a lock wait.
+ * How long a wait for lock that started at start may go on, in *left_ms
+ * (-1: no limit).  lock_timeout is enforced here, as for a lock wait.
  * Returns false when wait_ms has run out.
  */
 static bool
-wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
-				  int *delay_ms)
+wait_time_left(HeldLock *lock, TimestampTz start, int wait_ms, long *left_ms)
 {
 	long		elapsed = TimestampDifferenceMilliseconds(start,
 														  GetCurrentTimestamp());
 	long		limit = -1;
-	long		sleep_ms;
 	bool		lock_timeout_limits = false;
 
 	if (wait_ms > 0)
@@ -695,11 +701,29 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 							   lock_endpoint(lock))));
 		return false;
 	}
+	*left_ms = limit >= 0 ? limit - elapsed : -1;
+	return true;
+}
 
+/*
+ * Sleep before the next attempt: capped exponential backoff with jitter, so
+ * waiters do not hammer Redis in step.  The latch wakes us for query cancel
+ * and statement_timeout, and for a local holder's release.  Returns false
+ * when wait_ms has run out.
+ */
+static bool
+wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
+				  int *delay_ms)
+{
+	long		left_ms;
+	long		sleep_ms;
+
+	if (!wait_time_left(lock, start, wait_ms, &left_ms))
+		return false;
 	sleep_ms = *delay_ms / 2 +
 		(long) (pg_prng_double(&pg_global_prng_state) * (*delay_ms / 2 + 1));
-	if (limit >= 0)
-		sleep_ms = Min(sleep_ms, limit - elapsed);
+	if (left_ms >= 0)
+		sleep_ms = Min(sleep_ms, left_ms);
 
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					 Max(sleep_ms, 1), redislock_wait_event);
@@ -707,6 +731,27 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 	CHECK_FOR_INTERRUPTS();
 
 	*delay_ms = Min(*delay_ms * 2, WAIT_MAX_DELAY_MS);
+	return true;
+}
+
+/*
+ * With the preload, wait until it is this backend's turn to ask Redis for
+ * the lock: no local backend that came before still waits, and none holds
+ * it.  Returns false when the wait ran out first.
+ */
+static bool
+wait_for_turn(HeldLock *lock, TimestampTz start, int wait_ms, bool *waited)
+{
+	long		left_ms = 0;
+
+	while (!locktable_wait_turn(lock->shared, left_ms))
+	{
+		if (wait_ms == 0)
+			return false;
+		note_waiting(lock, waited);
+		if (!wait_time_left(lock, start, wait_ms, &left_ms))
+			return false;
+	}
 	return true;
 }
 
@@ -719,13 +764,15 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	bool		waited = false;
 
 	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen, lock->slot);
-	while (!try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
+	for (;;)
 	{
+		if (!wait_for_turn(lock, start, wait_ms, &waited))
+			return false;
+		if (try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
+			break;
 		if (wait_ms == 0)
 			return false;
-		if (!waited)
-			redis_count(lock->conn, REDIS_STAT_ACQUIRE_WAITS, 1);
-		waited = true;
+		note_waiting(lock, &waited);
 		if (!wait_before_retry(lock, start, wait_ms, &delay_ms))
 			return false;
 	}
