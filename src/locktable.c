@@ -314,6 +314,20 @@ locktable_mark_lost(LockTableRef ref)
 	return first;
 }
 
+/*
+ * Has the lease of this backend's lock been found lost, by the lease
+ * watchdog or by the backend itself?  Read without the lock: the entry is
+ * the backend's own.  Never without the preload: nobody else looks.
+ */
+bool
+locktable_lease_lost(LockTableRef ref)
+{
+	if (ref.index < 0)
+		return false;
+	Assert(table->entries[ref.index].id == ref.id);
+	return pg_atomic_read_u32(&table->entries[ref.index].lost) != 0;
+}
+
 /* Do two entries name the same lock: the same server and Redis key? */
 static bool
 same_lock(const RedisLockEntry *a, const RedisLockEntry *b)
