@@ -21,11 +21,12 @@
  * A lease is renewed only for a holder that lives (its PGPROC still has
  * the pid of the entry) and for the entry copied (its id unchanged when
  * the renewal is noted), never for a holder that exited or a pid reused:
- * the lock then expires within its ttl.  A renewal that finds the key gone
- * or another owner's, or confirms it too late, and a lease that ran out
- * while its renewals got no answer, mark the entry lost; the holder's
- * check before commit then fails.  Redis errors are logged and the
- * renewal tried again shortly, while the lease runs.
+ * the lock then expires within its ttl.  Two renewals in a row that find
+ * the key gone or another owner's (one could cross the holder's release),
+ * a renewal confirmed too late, and a lease that ran out while its
+ * renewals got no answer, mark the entry lost; the holder's check before
+ * commit then fails.  Redis errors are logged and the renewal tried again
+ * shortly, while the lease runs.
  *
  * Keys longer than an entry keeps (REDISLOCK_ENTRY_KEY_LEN) are not
  * renewed: the holder does not ask for it.
@@ -53,6 +54,19 @@
  * those due now, so that renewals go out together rather than one by one
  */
 #define RENEW_AHEAD_DIVISOR	12
+
+/*
+ * The entries whose last renewal found the key gone or another owner's.
+ * A holder releasing its lock deletes the key before it frees the entry,
+ * so a renewal sent meanwhile finds the key gone though nothing was lost:
+ * a lease is taken for lost only when the next renewal, RENEW_RETRY_MS
+ * later, finds the same, the entry still there.  Kept across runs, in
+ * TopMemoryContext.
+ */
+static uint64 *suspects = NULL;
+static int	nsuspects = 0;
+static uint64 *next_suspects = NULL;
+static int	next_nsuspects = 0;
 
 /* A lease due, and what its renewal needs */
 typedef struct Renewal
@@ -280,6 +294,51 @@ lease_lost(const Renewal *renewal, const char *why)
 			 errdetail_internal("%s", why)));
 }
 
+/* Did the last run's renewal of entry id find the key not ours? */
+static bool
+suspected(uint64 id)
+{
+	int			i;
+
+	for (i = 0; i < nsuspects; i++)
+		if (suspects[i] == id)
+			return true;
+	return false;
+}
+
+/* Note that this run's renewal of entry id found the key not ours */
+static void
+suspect(uint64 id)
+{
+	next_suspects[next_nsuspects++] = id;
+}
+
+/*
+ * Begin a run of ndue renewals: this run's suspects start empty, with room
+ * for all of them
+ */
+static void
+begin_suspects(int ndue)
+{
+	if (next_suspects != NULL)
+		pfree(next_suspects);
+	next_suspects = MemoryContextAlloc(TopMemoryContext,
+									   sizeof(uint64) * ndue);
+	next_nsuspects = 0;
+}
+
+/* End a run: its suspects are those the next run confirms */
+static void
+end_suspects(void)
+{
+	uint64	   *old = suspects;
+
+	suspects = next_suspects;
+	nsuspects = next_nsuspects;
+	next_suspects = old;
+	next_nsuspects = 0;
+}
+
 /*
  * Take the outcome of one renewal, sent at start.  Returns when the lease
  * is next due: as renewed now, or soon again when the renewal got no
@@ -296,6 +355,11 @@ take_outcome(RedisCall *call, Renewal *renewal, TimestampTz start)
 	{
 		TimestampTz lease_end = lock_lease_end(renewal->conn, ttl_ms, start);
 
+		if (call->integer != 1 && !suspected(renewal->ref.id))
+		{
+			suspect(renewal->ref.id);
+			return TimestampTzPlusMilliseconds(now, RENEW_RETRY_MS);
+		}
 		if (call->integer != 1)
 			lease_lost(renewal, "The key expired or was taken by another client.");
 		else if (now >= lease_end)
@@ -333,6 +397,7 @@ renew(Renewal *due, int ndue)
 	TimestampTz next = DT_NOEND;
 	int			i;
 
+	begin_suspects(ndue);
 	find_connections(due, ndue);
 	for (i = 0; i < ndue; i++)
 		if (due[i].conn != NULL)
@@ -348,6 +413,7 @@ renew(Renewal *due, int ndue)
 
 		next = Min(next, due_at);
 	}
+	end_suspects();
 	return next;
 }
 
