@@ -10,7 +10,9 @@
 #   ttl, then is lost, and COMMIT fails with 40001, the loss counted;
 # - a key taken by another owner is found lost by the watchdog, which
 #   counts it, and COMMIT fails with 40001;
-# - with redislock.lease_renewal off, the session's lock is not renewed.
+# - with redislock.lease_renewal off, the session's lock is not renewed;
+# - DROP DATABASE is not kept waiting by a worker that renews there, or
+#   stays there for more locks to renew.
 use strict;
 use warnings;
 
@@ -117,6 +119,26 @@ works($viewer, "SELECT renewals FROM redis_locks() WHERE key = 'w:off'",
 ($out, $err) = session_query($holder, "SELECT redis_lock_release('w:off')");
 is($out, 'f', 'its release finds the lease lost');
 works($holder, 'RESET redislock.lease_renewal', '', 'renewal on again');
+
+# --- DROP DATABASE while the worker there renews, or waits for more locks
+$node->safe_psql('postgres', 'CREATE DATABASE gone');
+$node->safe_psql('gone',
+	"CREATE EXTENSION redislock; ALTER SERVER redislock OPTIONS (SET port '${\$redis->port}')");
+my $gone = $node->background_psql('gone', on_error_stop => 0, timeout => 60);
+session_query($gone, "SELECT redis_lock_acquire_session('w:gone', 2000)");
+ok( defined wait_until(
+		5,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redislock worker' AND datname = 'gone'"
+			) eq '1';
+		}),
+	'a worker renews in another database');
+$gone->quit;
+$t0 = time;
+my ($ret, $stdout, $stderr) = $node->psql('postgres', 'DROP DATABASE gone');
+is("$ret$stderr", '0', 'DROP DATABASE succeeds while that worker waits for more locks');
+cmp_ok(time - $t0, '<', 5, 'without waiting for it to leave by itself');
 
 # --- SIGKILL of the holder
 my ($pid) = session_query($holder, 'SELECT pg_backend_pid()');
