@@ -24,10 +24,11 @@
  * longer, waking for each renewal; a backend granted such a lock wakes it
  * only when the worker would otherwise look too late.  Otherwise a worker
  * holds its database only while it works, and never across a pause
- * between two tries of failed work.  DROP DATABASE, and the other commands that need a database to
- * themselves, wait a few seconds for its connections to leave and then
- * fail; the launcher watches for them and terminates a worker in their
- * way, as those commands themselves terminate autovacuum workers.
+ * between two tries of failed work.  DROP DATABASE, and the other
+ * commands that need a database to themselves, wait a few seconds for its
+ * connections to leave and then fail; the launcher watches for them and
+ * terminates a worker in their way, as those commands themselves
+ * terminate autovacuum workers.
  *
  * After a crash the postmaster makes shared memory anew: nothing from
  * before is kept, and the launcher, restarted, begins again.
@@ -1134,6 +1135,8 @@ redislock_worker_main(Datum main_arg)
 			break;
 		if (plan.renewing && plan.renew_at <= GetCurrentTimestamp())
 			renew_as_planned(&plan);
+		if (!plan.renewing && plan.recover_at != DT_NOEND)
+			break;				/* a failed recovery, and renewal over */
 		if (plan.renewing)
 			sleep_as_planned(&plan);
 	}
