@@ -25,7 +25,6 @@ INSERT INTO redis_stock_legacy_timeline
 -- the Redis key of the item's records.
 CREATE TABLE redis_stock_decrements (xid xid8 NOT NULL, op text NOT NULL,
                                      server oid NOT NULL, records bytea NOT NULL);
-CREATE INDEX redis_stock_decrements_xid ON redis_stock_decrements (xid);
 REVOKE ALL ON redis_stock_decrements FROM PUBLIC;
 
 -- redis_locks() shows the locks of every backend: its columns change.

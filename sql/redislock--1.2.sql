@@ -186,5 +186,4 @@ GRANT SELECT ON redis_stock_legacy_timeline TO PUBLIC;
 -- the Redis key of the item's records.
 CREATE TABLE redis_stock_decrements (xid xid8 NOT NULL, op text NOT NULL,
                                      server oid NOT NULL, records bytea NOT NULL);
-CREATE INDEX redis_stock_decrements_xid ON redis_stock_decrements (xid);
 REVOKE ALL ON redis_stock_decrements FROM PUBLIC;

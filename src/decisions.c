@@ -11,19 +11,19 @@
  * it has ended, and deletes the rows whose records are gone.
  *
  * The table is the extension's bookkeeping, as a catalog is PostgreSQL's:
- * it is written and read here with the heap and index routines, under no
- * privilege of the caller, who needs no grant on it.
+ * it is written and read here with the heap routines, under no privilege
+ * of the caller, who needs no grant on it.  It has no index: a decrement
+ * writes its row and nothing more, and the rare readers read it through.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/genam.h"
 #include "access/heapam.h"
 #include "access/table.h"
 #include "catalog/indexing.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/xid8.h"
@@ -43,30 +43,59 @@ enum
 };
 
 /*
- * Open the table of the extension whose function fn_oid is, in its schema.
- * The table is looked up at every use: ALTER EXTENSION UPDATE, or a DROP
- * and CREATE EXTENSION, may have made it anew.
+ * The table's OID, and the function in whose schema it was found: looked
+ * up once, not at every decrement, and forgotten when the relcache says
+ * the table may have changed (ALTER EXTENSION UPDATE, or a DROP and CREATE
+ * EXTENSION, make it anew).
  */
-Relation
-stock_decisions_open(Oid fn_oid, LOCKMODE lockmode)
-{
-	Oid			nspid = get_func_namespace(fn_oid);
-	Oid			relid = get_relname_relid(DECISIONS_TABLE, nspid);
+static Oid	decisions_relid = InvalidOid;
+static Oid	decisions_fn_oid = InvalidOid;
 
-	if (!OidIsValid(relid))
+static void
+forget_decisions_relid(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == decisions_relid)
+		decisions_relid = InvalidOid;
+}
+
+/* The OID of the table in the schema of the function fn_oid */
+static Oid
+decisions_relid_of(Oid fn_oid)
+{
+	static bool callback_registered = false;
+	Oid			nspid;
+
+	if (OidIsValid(decisions_relid) && decisions_fn_oid == fn_oid)
+		return decisions_relid;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(forget_decisions_relid, (Datum) 0);
+		callback_registered = true;
+	}
+	nspid = get_func_namespace(fn_oid);
+	decisions_relid = get_relname_relid(DECISIONS_TABLE, nspid);
+	decisions_fn_oid = fn_oid;
+	if (!OidIsValid(decisions_relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_TABLE),
 				 errmsg("table \"%s\" of extension redislock does not exist",
 						DECISIONS_TABLE),
 				 errhint("Update the extension with ALTER EXTENSION redislock UPDATE.")));
-	return table_open(relid, lockmode);
+	return decisions_relid;
+}
+
+/* Open the table of the extension whose function fn_oid is, in its schema */
+Relation
+stock_decisions_open(Oid fn_oid, LOCKMODE lockmode)
+{
+	return table_open(decisions_relid_of(fn_oid), lockmode);
 }
 
 /*
  * Write the row of a decrement that took units, in the current
  * (sub)transaction, into rel (opened by stock_decisions_open()).  The
- * catalog routine inserts the row and its index entries without the
- * executor, and so without checking the caller's privileges.
+ * catalog routine inserts the row without the executor, and so without
+ * checking the caller's privileges.
  */
 void
 stock_decision_insert(Relation rel, FullTransactionId fxid, const char *op_id,
@@ -88,36 +117,65 @@ stock_decision_insert(Relation rel, FullTransactionId fxid, const char *op_id,
 	heap_freetuple(tuple);
 }
 
-/*
- * Does snapshot see the row of operation op_id, made by fxid?  The rows are
- * found through the index on xid, the table's only one.
- */
-bool
-stock_decision_exists(Relation rel, Snapshot snapshot, FullTransactionId fxid,
-					  const char *op_id)
+/* An operation asked about, and where its answer goes */
+typedef struct AskedOp
 {
-	List	   *indexes = RelationGetIndexList(rel);
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tuple;
-	bool		found = false;
+	const char *op_id;
+	bool	   *seen;
+} AskedOp;
 
-	ScanKeyInit(&key, Anum_decisions_xid, BTEqualStrategyNumber, F_XID8EQ,
-				FullTransactionIdGetDatum(fxid));
-	scan = systable_beginscan(rel, list_length(indexes) == 1
-							  ? linitial_oid(indexes) : InvalidOid,
-							  list_length(indexes) == 1, snapshot, 1, &key);
-	while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
+static int
+compare_asked_ops(const void *a, const void *b)
+{
+	return strcmp(((const AskedOp *) a)->op_id, ((const AskedOp *) b)->op_id);
+}
+
+/*
+ * Which of the operations op_ids[0 .. nops - 1] have a row that snapshot
+ * sees?  seen[i] says it for op_ids[i].  The table has no index, so that a
+ * decrement writes no more than its row: it is read through once for all
+ * the operations asked about.
+ */
+void
+stock_decisions_seen(Relation rel, Snapshot snapshot, char **op_ids,
+					 int nops, bool *seen)
+{
+	AskedOp    *asked = palloc(sizeof(AskedOp) * nops);
+	TableScanDesc scan;
+	HeapTuple	tuple;
+	int			i;
+
+	for (i = 0; i < nops; i++)
+	{
+		asked[i].op_id = op_ids[i];
+		asked[i].seen = &seen[i];
+		seen[i] = false;
+	}
+	qsort(asked, nops, sizeof(AskedOp), compare_asked_ops);
+	scan = table_beginscan(rel, snapshot, 0, NULL);
+	while (HeapTupleIsValid(tuple = heap_getnext(scan, ForwardScanDirection)))
 	{
 		bool		isnull;
 		Datum		op = heap_getattr(tuple, Anum_decisions_op,
 									  RelationGetDescr(rel), &isnull);
+		AskedOp		key;
+		AskedOp    *found;
 
-		found = !isnull && strcmp(TextDatumGetCString(op), op_id) == 0;
+		if (isnull)
+			continue;
+		key.op_id = TextDatumGetCString(op);
+		found = bsearch(&key, asked, nops, sizeof(AskedOp), compare_asked_ops);
+		/* mark every record with this id, should two items have one */
+		while (found != NULL && found > asked &&
+			   compare_asked_ops(found - 1, &key) == 0)
+			found--;
+		while (found != NULL && found < asked + nops &&
+			   compare_asked_ops(found, &key) == 0)
+			*(found++)->seen = true;
+		pfree((char *) key.op_id);
 	}
-	systable_endscan(scan);
-	list_free(indexes);
-	return found;
+	table_endscan(scan);
+	pfree(asked);
 }
 
 /*

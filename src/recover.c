@@ -240,16 +240,21 @@ decide_record(const RecoverRun *run, const FoundRecord *record)
 }
 
 /*
- * Decide the records whose writers had ended by their rows.  The snapshot
- * is taken after every writer was found to have ended, so a writer that
- * committed before that is seen committed: PostgreSQL marks a transaction
- * committed before it stops counting as running.
+ * Decide the records whose writers had ended by their rows, read in one
+ * pass.  The snapshot is taken after every writer was found to have ended,
+ * so a writer that committed before that is seen committed: PostgreSQL
+ * marks a transaction committed before it stops counting as running.
  */
 static void
 decide_by_rows(const RecoverRun *run, List *records)
 {
-	Snapshot	snapshot = NULL;
+	FoundRecord **undecided = palloc(sizeof(FoundRecord *) * list_length(records));
+	char	  **op_ids = palloc(sizeof(char *) * list_length(records));
+	bool	   *seen = palloc(sizeof(bool) * list_length(records));
+	int			nundecided = 0;
+	Snapshot	snapshot;
 	ListCell   *lc;
+	int			i;
 
 	foreach(lc, records)
 	{
@@ -257,14 +262,16 @@ decide_by_rows(const RecoverRun *run, List *records)
 
 		if (record->outcome != NULL)
 			continue;
-		if (snapshot == NULL)
-			snapshot = RegisterSnapshot(GetLatestSnapshot());
-		record->outcome = stock_decision_exists(run->decisions, snapshot,
-												record->fxid, record->field)
-			? "committed" : "aborted";
+		undecided[nundecided] = record;
+		op_ids[nundecided++] = record->field;
 	}
-	if (snapshot != NULL)
-		UnregisterSnapshot(snapshot);
+	if (nundecided == 0)
+		return;
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	stock_decisions_seen(run->decisions, snapshot, op_ids, nundecided, seen);
+	UnregisterSnapshot(snapshot);
+	for (i = 0; i < nundecided; i++)
+		undecided[i]->outcome = seen[i] ? "committed" : "aborted";
 }
 
 /*

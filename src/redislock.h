@@ -155,8 +155,8 @@ extern Relation stock_decisions_open(Oid fn_oid, LOCKMODE lockmode);
 extern void stock_decision_insert(Relation rel, FullTransactionId fxid,
 								  const char *op_id, Oid serverid,
 								  const char *records, int recordslen);
-extern bool stock_decision_exists(Relation rel, Snapshot snapshot,
-								  FullTransactionId fxid, const char *op_id);
+extern void stock_decisions_seen(Relation rel, Snapshot snapshot,
+								 char **op_ids, int nops, bool *seen);
 extern List *stock_decisions_of_server(Relation rel, Snapshot snapshot,
 									   Oid serverid);
 
