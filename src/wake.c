@@ -508,10 +508,10 @@ wake_subscribe(RedisConn *conn, const char *key, int keylen,
 
 		if (!wn->in_wait)
 			continue;
+		/* what came while it was idle is stale; a peer may have closed it */
+		read_replies(wn);
 		if (!node_is_connected(wn->node))
 			connect_wake_node(wn);
-		else
-			read_replies(wn);
 	}
 	/* the keyspace answer decides what to subscribe to */
 	await_answers(conn, deadline);

@@ -16,8 +16,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(gettimeofday tv_interval usleep);
 use DelayProxy;
-use RedisLockTest qw(session session_query start_query finish_query
-  wait_for_stderr wait_until);
+use RedisLockTest qw(session_query start_query finish_query wait_for_stderr
+  wait_until);
+use WakeTest qw(new_session pid_of waits hand_off median);
 
 my $redis = RedisLockTest->start_redis();
 # the replies to one session's connections come 0.5 s late
@@ -30,32 +31,6 @@ $node->safe_psql(
 		OPTIONS (host '127.0.0.1', port '$proxy_port');
 	GRANT USAGE ON FOREIGN SERVER slow TO PUBLIC;
 });
-
-sub median
-{
-	my @v = sort { $a <=> $b } @_;
-	return $v[ int(@v / 2) ];
-}
-
-# The backend's pid in a session
-sub pid_of
-{
-	my ($s) = @_;
-	return (session_query($s, 'SELECT pg_backend_pid()'))[0];
-}
-
-# Wait until a backend waits on the extension
-sub waits
-{
-	my ($pid) = @_;
-	return wait_until(
-		10,
-		sub {
-			$node->safe_psql('postgres',
-				"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pid")
-			  eq 'Extension';
-		});
-}
 
 # The Redis clients subscribed to a channel (sharded or not)
 sub subscribers
@@ -84,47 +59,13 @@ sub queued
 	return defined $waiters ? $redis->cli('LLEN', $waiters) : 0;
 }
 
-# A session that takes 'hot' (session scope) and a waiter that waits for
-# it: the time from the release's start to the waiter's grant, in ms, as
-# both backends' clocks tell.
-sub hand_off
-{
-	my ($holder, $waiter, $key) = @_;
-	session_query($holder, "SELECT redis_lock_acquire_session('$key')");
-	start_query($waiter,
-		"SELECT redis_lock_acquire_session('$key', 30000, 10000) AND true, "
-		  . "extract(epoch FROM clock_timestamp())");
-	waits(pid_of_session($waiter));
-	# long enough for a backoff to reach its cap
-	usleep(300_000);
-	my ($t_release) = session_query($holder,
-		"SELECT extract(epoch FROM clock_timestamp()) || '|' || redis_lock_release('$key')");
-	my ($out) = finish_query($waiter, 15);
-	my ($granted, $t_grant) = split /\|/, $out;
-	session_query($waiter, "SELECT redis_lock_release('$key')");
-	$t_release =~ s/\|.*//;
-	return ($granted, 1000 * ($t_grant - $t_release));
-}
-
-my %pids;
-sub pid_of_session { return $pids{"$_[0]"} }
-
-sub new_session
-{
-	my ($server) = @_;
-	my $s = session($node);
-	session_query($s, "SET redislock.server = $server") if $server;
-	$pids{"$s"} = pid_of($s);
-	return $s;
-}
-
 # --- hand-off: a release wakes the waiter at once
-my $holder = new_session();
-my $waiter = new_session();
+my $holder = new_session($node);
+my $waiter = new_session($node);
 my @ms;
 for (1 .. 7)
 {
-	my ($granted, $ms) = hand_off($holder, $waiter, 'hot');
+	my ($granted, $ms) = hand_off($node, $holder, $waiter, 'hot');
 	is($granted, 't', "hand-off $_: the waiter got the lock");
 	push @ms, $ms;
 }
@@ -136,7 +77,7 @@ is(queued('hot'), 0, 'and nobody is left queued');
 # --- keyspace events off: a foreign DEL is found by polling, within its bound
 $redis->cli('SET', 'hot', 'someone', 'PX', '30000');
 start_query($waiter, "SELECT redis_lock_acquire('hot', 30000, 10000)");
-waits(pid_of_session($waiter));
+waits($node, $waiter);
 usleep(300_000);
 my $t0 = [gettimeofday];
 $redis->cli('DEL', 'hot');
@@ -155,8 +96,8 @@ cmp_ok(tv_interval($t0), '<', 0.6, 'within the lease and the poll bound');
 is($redis->cli('CONFIG', 'SET', 'notify-keyspace-events', 'Kgx'), 'OK',
 	'keyspace events for generic commands and expiries');
 $_->quit for ($holder, $waiter);
-$holder = new_session();
-my @waiters = map { new_session() } 1 .. 3;
+$holder = new_session($node);
+my @waiters = map { new_session($node) } 1 .. 3;
 
 @ms = ();
 for (1 .. 5)
@@ -165,7 +106,7 @@ for (1 .. 5)
 	start_query($waiters[0],
 		"SELECT redis_lock_acquire('ks', 30000, 10000) AND true, "
 		  . "extract(epoch FROM clock_timestamp())");
-	waits(pid_of_session($waiters[0]));
+	waits($node, $waiters[0]);
 	usleep(200_000);
 	my $t_del = Time::HiRes::time();
 	$redis->command('DEL', 'ks');
@@ -197,7 +138,7 @@ session_query($holder, "SELECT redis_lock_acquire_session('one')");
 for my $w (@waiters)
 {
 	start_query($w, "SELECT redis_lock_acquire_session('one', 30000, 20000)");
-	waits(pid_of_session($w));
+	waits($node, $w);
 }
 # each has subscribed and tried again, and polls no more than once a second
 usleep(300_000);
@@ -223,7 +164,7 @@ is(queued('one'), 0, 'and left the queue');
 # The waiter talks to Redis through the proxy, whose replies come 0.5 s
 # late: the holder releases as soon as Redis has run the waiter's attempt
 # that queued it, well before that attempt's refusal reaches the waiter.
-my $slow = new_session('slow');
+my $slow = new_session($node, 'slow');
 session_query($holder, "SELECT redis_lock_acquire_session('race')");
 my $monitor = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $redis->port)
   or die "cannot connect to Redis: $!";
@@ -289,8 +230,8 @@ is(subscribers(), $subscribed - 1, 'and closes its subscription');
 is("$out$err", 'f', 'wait_ms ends a subscribed wait with false');
 
 start_query($w, "SELECT redis_lock_acquire('busy', 30000, -1)");
-waits(pid_of_session($w));
-$node->safe_psql('postgres', 'SELECT pg_cancel_backend(' . pid_of_session($w) . ')');
+waits($node, $w);
+$node->safe_psql('postgres', 'SELECT pg_cancel_backend(' . pid_of($w) . ')');
 ok(defined wait_for_stderr($w, qr/57014: canceling statement due to user request/, 5),
 	'cancel ends a subscribed wait with 57014');
 finish_query($w, 5);
@@ -298,17 +239,17 @@ is(subscribers(), $subscribed - 1, 'and closes its subscription');
 
 # a waiter cancelled in the middle of the queue delays nobody
 start_query($waiters[0], "SELECT redis_lock_acquire('busy', 30000, 20000)");
-waits(pid_of_session($waiters[0]));
+waits($node, $waiters[0]);
 usleep(100_000);
 start_query($waiters[1], "SELECT redis_lock_acquire('busy', 30000, 20000)");
-waits(pid_of_session($waiters[1]));
+waits($node, $waiters[1]);
 usleep(100_000);
 start_query($waiters[2],
 	"SELECT redis_lock_acquire('busy', 30000, 20000) AND true, extract(epoch FROM clock_timestamp())");
-waits(pid_of_session($waiters[2]));
+waits($node, $waiters[2]);
 usleep(300_000);
 is(queued('busy'), 3, 'three waiters queued');
-$node->safe_psql('postgres', 'SELECT pg_cancel_backend(' . pid_of_session($waiters[1]) . ')');
+$node->safe_psql('postgres', 'SELECT pg_cancel_backend(' . pid_of($waiters[1]) . ')');
 ok(defined wait_for_stderr($waiters[1], qr/57014/, 5), 'the middle one is cancelled');
 finish_query($waiters[1], 5);
 session_query($holder, "SELECT redis_lock_release('busy')");
@@ -327,9 +268,9 @@ session_query($waiters[2], 'COMMIT');
 session_query($holder, "SELECT redis_lock_acquire_session('busy')");
 $subscribed = subscribers();
 start_query($waiters[0], "SELECT redis_lock_acquire('busy', 30000, -1)");
-waits(pid_of_session($waiters[0]));
+waits($node, $waiters[0]);
 usleep(100_000);
-$node->safe_psql('postgres', 'SELECT pg_terminate_backend(' . pid_of_session($waiters[0]) . ')');
+$node->safe_psql('postgres', 'SELECT pg_terminate_backend(' . pid_of($waiters[0]) . ')');
 ok(defined wait_until(5, sub { subscribers() < $subscribed }),
 	'terminate ends a subscribed wait and its subscription');
 
