@@ -293,6 +293,13 @@ take_confirmation(WakeNode *wn, const redisReply *reply)
 static void
 take_reply(WakeNode *wn, const redisReply *reply)
 {
+	if (reply->type == REDIS_REPLY_ERROR &&
+		wn->keyspace_events == KEYSPACE_ASKED)
+	{
+		/* CONFIG GET goes alone: an ACL denied it */
+		wn->keyspace_events = KEYSPACE_OFF;
+		return;
+	}
 	if (reply->type == REDIS_REPLY_ERROR)
 	{
 		take_confirmation(wn, reply);

@@ -208,6 +208,7 @@ session_query($slow, "SELECT redis_lock_release('race')");
 $slow->quit;
 
 # --- interrupts while subscribed: the same errors, the subscription closed
+my ($granted, $t_grant);
 session_query($holder, "SELECT redis_lock_acquire_session('busy')");
 my $w = $waiters[0];
 my $subscribed = subscribers();
@@ -258,13 +259,12 @@ is($out, 't', 'the first waiter got the lock');
 my ($t_commit) = session_query($waiters[0],
 	"SELECT extract(epoch FROM clock_timestamp())");
 ($out) = finish_query($waiters[2], 5);
-my ($granted, $t_grant) = split /\|/, $out;
+($granted, $t_grant) = split /\|/, $out;
 is($granted, 't', 'the last waiter got the lock after the first');
 cmp_ok($t_grant - $t_commit, '<', 0.2,
 	'woken by the release, not by its poll, past the cancelled waiter');
 
 # terminate
-session_query($waiters[2], 'COMMIT');
 session_query($holder, "SELECT redis_lock_acquire_session('busy')");
 $subscribed = subscribers();
 start_query($waiters[0], "SELECT redis_lock_acquire('busy', 30000, -1)");
@@ -273,6 +273,30 @@ usleep(100_000);
 $node->safe_psql('postgres', 'SELECT pg_terminate_backend(' . pid_of($waiters[0]) . ')');
 ok(defined wait_until(5, sub { subscribers() < $subscribed }),
 	'terminate ends a subscribed wait and its subscription');
+
+# --- a Redis user that may use no channel, nor CONFIG: the waiter polls
+$redis->cli('ACL', 'SETUSER', 'nochan', 'on', '>pw', '~*', '+@all', '-config',
+	'resetchannels');
+$node->safe_psql(
+	'postgres', qq{
+	CREATE SERVER plain FOREIGN DATA WRAPPER redislock
+		OPTIONS (host '127.0.0.1', port '${\$redis->port}');
+	CREATE USER MAPPING FOR PUBLIC SERVER plain
+		OPTIONS (username 'nochan', password 'pw');
+	GRANT USAGE ON FOREIGN SERVER plain TO PUBLIC;
+});
+my $plain_holder = new_session($node, 'plain');
+my $plain_waiter = new_session($node, 'plain');
+my $ms;
+($granted, $ms) = hand_off($node, $plain_holder, $plain_waiter, 'acl');
+is($granted, 't', 'a waiter denied its channel and CONFIG still gets the lock');
+cmp_ok($ms, '<', 200, 'within the poll bound');
+session_query($plain_holder, "SELECT redis_lock_acquire_session('acl')");
+start_query($plain_waiter, "SELECT redis_lock_acquire('acl', 30000, 10000)");
+waits($node, $plain_waiter);
+session_query($plain_holder, "SELECT redis_lock_release('acl')");
+($out, $err) = finish_query($plain_waiter, 10);
+is("$out$err", 't', 'without an error or a warning');
 
 $node->stop;
 done_testing();
