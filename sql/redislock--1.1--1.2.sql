@@ -68,3 +68,10 @@ AS 'MODULE_PATHNAME', 'redis_stats_reset'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 REVOKE EXECUTE ON FUNCTION redis_stats_reset() FROM PUBLIC;
+
+-- The fencing token of a held lock for a write that stores it beside the
+-- data the lock protects; refused (40001) when the stored token is newer.
+CREATE FUNCTION redis_fence_guard(key text, stored bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_fence_guard'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;

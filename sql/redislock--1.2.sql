@@ -51,6 +51,13 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'redis_lock_fence'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- The fencing token of a held lock for a write that stores it beside the
+-- data the lock protects; refused (40001) when the stored token is newer.
+CREATE FUNCTION redis_fence_guard(key text, stored bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redis_fence_guard'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- The locks of every backend when redislock is preloaded, else this
 -- backend's: a row per scope held, or for the scope awaited.
 CREATE FUNCTION redis_locks(OUT key text, OUT scope text, OUT holds integer,

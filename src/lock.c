@@ -110,6 +110,7 @@ PG_FUNCTION_INFO_V1(redis_lock_release);
 PG_FUNCTION_INFO_V1(redis_lock_release_all);
 PG_FUNCTION_INFO_V1(redis_lock_extend);
 PG_FUNCTION_INFO_V1(redis_lock_fence);
+PG_FUNCTION_INFO_V1(redis_fence_guard);
 PG_FUNCTION_INFO_V1(redis_locks);
 
 static uint32
@@ -723,6 +724,52 @@ count_wait(HeldLock *lock, long waited_ms, bool timed_out)
 		redis_count(lock->conn, REDIS_STAT_ACQUIRE_TIMEOUTS, 1);
 }
 
+/* Count the first wait of an acquire, once */
+static void
+note_waiting(HeldLock *lock, bool *waited)
+{
+	if (!*waited)
+		redis_count(lock->conn, REDIS_STAT_ACQUIRE_WAITS, 1);
+	*waited = true;
+}
+
+/*
+ * How long a wait for lock that started at start may go on, in *left_ms
+ * (-1: no limit).  lock_timeout is enforced here, as for a lock wait.
+ * Returns false when wait_ms has run out.
+ */
+static bool
+wait_time_left(HeldLock *lock, TimestampTz start, int wait_ms, long *left_ms)
+{
+	long		elapsed = TimestampDifferenceMilliseconds(start,
+														  GetCurrentTimestamp());
+	long		limit = -1;
+	bool		lock_timeout_limits = false;
+
+	if (wait_ms > 0)
+		limit = wait_ms;
+	if (LockTimeout > 0 && (limit < 0 || LockTimeout < limit))
+	{
+		limit = LockTimeout;
+		lock_timeout_limits = true;
+	}
+
+	if (limit >= 0 && elapsed >= limit)
+	{
+		count_wait(lock, elapsed, true);
+		if (lock_timeout_limits)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("canceling statement due to lock timeout"),
+					 errdetail("Waited %ld ms for Redis lock \"%s\" of server \"%s\" at %s.",
+							   elapsed, user_key(lock), lock->conn->servername,
+							   lock_endpoint(lock))));
+		return false;
+	}
+	*left_ms = limit >= 0 ? limit - elapsed : -1;
+	return true;
+}
+
 /*
  * How long to sleep before the next attempt, unless a release wakes us.
  * A wait that hears our releases polls only for other clients' releases:
@@ -753,44 +800,43 @@ sleep_before_retry(int hears, const Refusal *refusal, int *delay_ms)
 
 /*
  * Sleep before the next attempt, or until a release wakes us (*woken).
- * The latch wakes us for query cancel and statement_timeout, and for a
- * look at the lock; lock_timeout is enforced here, as for a lock wait.
- * Returns false when wait_ms has run out.
+ * The latch wakes us for query cancel and statement_timeout, for a local
+ * holder's release, and for a look at the lock.  Returns false when
+ * wait_ms has run out.
  */
 static bool
 wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 				  long sleep_ms, bool holder_announces, bool *woken)
 {
-	long		elapsed = TimestampDifferenceMilliseconds(start,
-														  GetCurrentTimestamp());
-	long		limit = -1;
-	bool		lock_timeout_limits = false;
+	long		left_ms;
 
-	if (wait_ms > 0)
-		limit = wait_ms;
-	if (LockTimeout > 0 && (limit < 0 || LockTimeout < limit))
-	{
-		limit = LockTimeout;
-		lock_timeout_limits = true;
-	}
-
-	if (limit >= 0 && elapsed >= limit)
-	{
-		count_wait(lock, elapsed, true);
-		if (lock_timeout_limits)
-			ereport(ERROR,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 errmsg("canceling statement due to lock timeout"),
-					 errdetail("Waited %ld ms for Redis lock \"%s\" of server \"%s\" at %s.",
-							   elapsed, user_key(lock), lock->conn->servername,
-							   lock_endpoint(lock))));
+	if (!wait_time_left(lock, start, wait_ms, &left_ms))
 		return false;
-	}
-	if (limit >= 0)
-		sleep_ms = Min(sleep_ms, limit - elapsed);
-
+	if (left_ms >= 0)
+		sleep_ms = Min(sleep_ms, left_ms);
 	*woken = wake_wait(lock->conn, Max(sleep_ms, 1),
 					   holder_announces) == WAKE_RELEASED;
+	return true;
+}
+
+/*
+ * With the preload, wait until it is this backend's turn to ask Redis for
+ * the lock: no local backend that came before still waits, and none holds
+ * it.  Returns false when the wait ran out first.
+ */
+static bool
+wait_for_turn(HeldLock *lock, TimestampTz start, int wait_ms, bool *waited)
+{
+	long		left_ms = 0;
+
+	while (!locktable_wait_turn(lock->shared, left_ms))
+	{
+		if (wait_ms == 0)
+			return false;
+		note_waiting(lock, waited);
+		if (!wait_time_left(lock, start, wait_ms, &left_ms))
+			return false;
+	}
 	return true;
 }
 
@@ -802,10 +848,11 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
  * A waiter still subscribed from its last wait for the same lock was
  * queued by its first attempt already.  A subscription lost meanwhile (a
  * slot moved, a failover) is made again where the key is served now.
+ * With the preload, each attempt waits for its local turn first.
  */
 static bool
 wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
-			  int hears, Refusal *refusal)
+			  int hears, Refusal *refusal, bool *waited)
 {
 	RedisConn  *conn = lock->conn;
 	const char *key = lock->tag.key;
@@ -814,8 +861,8 @@ wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
 	bool		woken = false;
 	bool		subscribed = hears != 0;
 
-	redis_count(conn, REDIS_STAT_ACQUIRE_WAITS, 1);
-	do
+	note_waiting(lock, waited);
+	for (;;)
 	{
 		if (!subscribed)
 		{
@@ -823,28 +870,31 @@ wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
 								   lock->wake_channellen,
 								   attempt_deadline(start, wait_ms));
 			subscribed = true;
-			continue;
 		}
-		if ((hears & WAKE_ANNOUNCED) &&
-			!wake_listening(conn, key, keylen, lock->wake_channel,
-							lock->wake_channellen))
-			hears = wake_subscribe(conn, key, keylen, lock->wake_channel,
-								   lock->wake_channellen,
-								   attempt_deadline(start, wait_ms));
-		if (!wait_before_retry(lock, start, wait_ms,
-							   sleep_before_retry(hears, refusal, &delay_ms),
-							   refusal->holder_announces, &woken))
+		else
 		{
-			wake_end(conn, false);
-			return false;
+			if ((hears & WAKE_ANNOUNCED) &&
+				!wake_listening(conn, key, keylen, lock->wake_channel,
+								lock->wake_channellen))
+				hears = wake_subscribe(conn, key, keylen, lock->wake_channel,
+									   lock->wake_channellen,
+									   attempt_deadline(start, wait_ms));
+			if (!wait_before_retry(lock, start, wait_ms,
+								   sleep_before_retry(hears, refusal, &delay_ms),
+								   refusal->holder_announces, &woken))
+				break;
 		}
-	} while (!try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
-						  (hears & WAKE_ANNOUNCED) != 0, woken, refusal));
-	wake_end(conn, true);
-	count_wait(lock, TimestampDifferenceMilliseconds(start,
-													 GetCurrentTimestamp()),
-			   false);
-	return true;
+		if (!wait_for_turn(lock, start, wait_ms, waited))
+			break;
+		if (try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
+						(hears & WAKE_ANNOUNCED) != 0, woken, refusal))
+		{
+			wake_end(conn, true);
+			return true;
+		}
+	}
+	wake_end(conn, false);
+	return false;
 }
 
 /*
@@ -858,9 +908,12 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	TimestampTz start = GetCurrentTimestamp();
 	Refusal		refusal;
 	int			hears = 0;
+	bool		waited = false;
 	bool		taken = false;
 
 	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen, lock->slot);
+	if (!wait_for_turn(lock, start, wait_ms, &waited))
+		return false;
 	if (wait_ms == 0)
 		return try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
 						   false, false, &refusal);
@@ -871,7 +924,8 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	{
 		taken = try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
 							hears != 0, false, &refusal) ||
-			wait_in_redis(lock, ttl_ms, wait_ms, start, hears, &refusal);
+			wait_in_redis(lock, ttl_ms, wait_ms, start, hears, &refusal,
+						  &waited);
 	}
 	PG_CATCH();
 	{
@@ -879,6 +933,10 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	if (taken && waited)
+		count_wait(lock, TimestampDifferenceMilliseconds(start,
+														 GetCurrentTimestamp()),
+				   false);
 	return taken;
 }
 
@@ -1171,6 +1229,36 @@ redis_lock_fence(PG_FUNCTION_ARGS)
 
 	if (lock == NULL || total_holds(lock) == 0)
 		PG_RETURN_NULL();
+	PG_RETURN_INT64(lock->fence);
+}
+
+/*
+ * redis_fence_guard(key, stored): the fencing token of a held lock, for a
+ * write that stores it beside the data the lock protects.  The database is
+ * where that data lives, so the check belongs in the writing transaction:
+ * a stored token larger than ours means a newer holder has written, and
+ * our lease must have ended unnoticed (a pause, a partition), so the write
+ * is refused with a serialization failure.  A NULL stored token means no
+ * holder has written yet.
+ */
+Datum
+redis_fence_guard(PG_FUNCTION_ARGS)
+{
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	int64		stored = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
+
+	if (lock == NULL || total_holds(lock) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("you do not hold Redis lock \"%s\"",
+						text_to_cstring(PG_GETARG_TEXT_PP(0))),
+				 errhint("Acquire the lock before writing what it protects.")));
+	if (stored > lock->fence)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("fencing token " INT64_FORMAT " of Redis lock \"%s\" is older than the stored token " INT64_FORMAT,
+						lock->fence, user_key(lock), stored),
+				 errdetail("A later holder of the lock has written since this backend acquired it.")));
 	PG_RETURN_INT64(lock->fence);
 }
 

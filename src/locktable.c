@@ -20,6 +20,22 @@
  * exit); at exit, whatever a backend still has is freed after lock.c's
  * own clean-up.  A crash restart makes the table anew.
  *
+ * The entries of one lock (the same database, server and whole Redis key)
+ * form its local queue: a waiter asks Redis only once no entry that came
+ * before it still waits and no local holder's lease is running, and until
+ * then sleeps on its latch, making no Redis call.  An entry that leaves
+ * (a holder that released, a waiter that gave up) sets the latch of the
+ * lock's earliest waiter, so that the lock passes to the local waiters in
+ * the order they came, and nobody sleeps behind one that left.  To find a
+ * lock's entries without a scan of the table, the entries in use hang in
+ * hash chains, one per bucket of the hash of their lock; an entry's next
+ * serves the free list while it is free and its chain while in use.  The
+ * chains are the table's, not the entries': whoever claims or frees an
+ * entry links or unlinks it, writing the next of another backend's entry,
+ * under the lock in exclusive mode.  An entry whose key is too long to be
+ * kept whole cannot be compared, so it is in no chain and waits as a
+ * backend without the preload does.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -30,12 +46,15 @@
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "port/pg_bitutils.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 
 #include "redislock.h"
 
@@ -46,21 +65,38 @@ typedef struct LockTable
 	int			used;
 	int			freelist;		/* the first free entry, -1 for none */
 	uint64		last_id;
+	int			nchains;		/* a power of two, at least size */
 	RedisLockEntry entries[FLEXIBLE_ARRAY_MEMBER];
+	/* then int chains[nchains]: each chain's first entry, -1 for none */
 } LockTable;
 
 static LockTable *table = NULL;
+static int *chains = NULL;
 
 /* Entries this backend has claimed and not freed yet */
 static int	claimed = 0;
 
 PG_FUNCTION_INFO_V1(redis_blocking_pids);
 
-Size
-locktable_shmem_size(void)
+/* As many hash chains as entries at least, so that chains stay short */
+static int
+chain_count(void)
+{
+	return (int) pg_nextpower2_32((uint32) Max(redislock_max_locks, 1));
+}
+
+/* Where the chains start, after the entries */
+static Size
+chains_offset(void)
 {
 	return add_size(offsetof(LockTable, entries),
 					mul_size(redislock_max_locks, sizeof(RedisLockEntry)));
+}
+
+Size
+locktable_shmem_size(void)
+{
+	return add_size(chains_offset(), mul_size(chain_count(), sizeof(int)));
 }
 
 void
@@ -83,12 +119,16 @@ locktable_shmem_startup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	table = ShmemInitStruct("redislock lock table", locktable_shmem_size(),
 							&found);
+	chains = (int *) ((char *) table + chains_offset());
 	if (!found)
 	{
 		table->lock = &(GetNamedLWLockTranche("redislock locks"))->lock;
 		table->size = redislock_max_locks;
 		table->used = 0;
 		table->last_id = 0;
+		table->nchains = chain_count();
+		for (i = 0; i < table->nchains; i++)
+			chains[i] = -1;
 		for (i = 0; i < table->size; i++)
 		{
 			RedisLockEntry *entry = &table->entries[i];
@@ -105,21 +145,118 @@ locktable_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* Put an entry back on the free list; the caller holds the lock */
+/* Do two entries name the same lock: the same server and Redis key? */
+static bool
+same_lock(const RedisLockEntry *a, const RedisLockEntry *b)
+{
+	return a->dbid == b->dbid && a->serverid == b->serverid &&
+		a->keylen == b->keylen && a->keyhash == b->keyhash &&
+		memcmp(a->key, b->key, Min(a->keylen, REDISLOCK_ENTRY_KEY_LEN)) == 0;
+}
+
+/* Is the entry in the chain of its lock, being comparable with others? */
+static bool
+queued(const RedisLockEntry *entry)
+{
+	return entry->key_complete;
+}
+
+/* The chain that the entries of entry's lock hang in */
+static int *
+chain_of(const RedisLockEntry *entry)
+{
+	uint32		hash = hash_combine(murmurhash32(entry->dbid),
+									murmurhash32(entry->serverid));
+
+	hash = hash_combine(hash, entry->keyhash);
+	return &chains[hash & (table->nchains - 1)];
+}
+
+/* Link a claimed entry into its chain; the caller holds the lock */
 static void
+link_entry(RedisLockEntry *entry)
+{
+	int		   *first = chain_of(entry);
+
+	entry->next = *first;
+	*first = entry->index;
+}
+
+/* Unlink an entry from its chain; the caller holds the lock */
+static void
+unlink_entry(RedisLockEntry *entry)
+{
+	int		   *link = chain_of(entry);
+
+	while (*link != entry->index)
+	{
+		Assert(*link >= 0);
+		link = &table->entries[*link].next;
+	}
+	*link = entry->next;
+}
+
+/*
+ * The earliest entry other than entry that waits for entry's lock, NULL
+ * for none; the caller holds the lock.
+ */
+static RedisLockEntry *
+earliest_waiter(const RedisLockEntry *entry)
+{
+	RedisLockEntry *earliest = NULL;
+	int			i;
+
+	for (i = *chain_of(entry); i >= 0; i = table->entries[i].next)
+	{
+		RedisLockEntry *other = &table->entries[i];
+
+		if (other != entry && !other->state.granted &&
+			same_lock(other, entry) &&
+			(earliest == NULL || other->id < earliest->id))
+			earliest = other;
+	}
+	return earliest;
+}
+
+/*
+ * Put an entry back on the free list; the caller holds the lock.  When the
+ * entry held its lock, or was the first in line for it, the next waiter's
+ * turn may have come: the PGPROC number to wake is returned, -1 if none.
+ */
+static int
 free_entry(RedisLockEntry *entry)
 {
+	int			wake = -1;
+
+	if (queued(entry))
+	{
+		RedisLockEntry *next = earliest_waiter(entry);
+
+		if (next != NULL && (entry->state.granted || entry->id < next->id))
+			wake = next->procno;
+		unlink_entry(entry);
+	}
 	entry->id = 0;
 	entry->pid = 0;
 	entry->next = table->freelist;
 	table->freelist = entry->index;
 	table->used--;
+	return wake;
+}
+
+/* Tell a waiter that its turn may have come */
+static void
+wake_waiter(int procno)
+{
+	if (procno >= 0)
+		SetLatch(&ProcGlobal->allProcs[procno].procLatch);
 }
 
 /*
  * Backend exit, after lock.c has released what it could (xact.c registers
  * this with on_shmem_exit, which runs after before_shmem_exit callbacks):
- * free the entries still claimed, so that none outlives its backend.
+ * free the entries still claimed, so that none outlives its backend.  Their
+ * waiters are woken at once, under the lock: this is no hot path.
  */
 void
 locktable_exit(int code, Datum arg)
@@ -131,7 +268,7 @@ locktable_exit(int code, Datum arg)
 	LWLockAcquire(table->lock, LW_EXCLUSIVE);
 	for (i = 0; i < table->size; i++)
 		if (table->entries[i].id != 0 && table->entries[i].pid == MyProcPid)
-			free_entry(&table->entries[i]);
+			wake_waiter(free_entry(&table->entries[i]));
 	LWLockRelease(table->lock);
 	claimed = 0;
 }
@@ -195,6 +332,10 @@ locktable_claim(RedisConn *conn, const char *rkey, int rkeylen,
 	table->used++;
 	entry->id = ++table->last_id;
 	fill_entry(entry, conn, rkey, rkeylen, keyhash, state);
+	if (queued(entry))
+		link_entry(entry);
+	else
+		entry->next = -1;
 	ref.index = entry->index;
 	ref.id = entry->id;
 	LWLockRelease(table->lock);
@@ -214,18 +355,111 @@ locktable_publish(LockTableRef ref, const RedisLockState *state)
 	LWLockRelease(table->lock);
 }
 
-/* Free the entry of a lock this backend forgets */
+/*
+ * Free the entry of a lock this backend forgets, once Redis has answered
+ * its release if it had one, and wake the lock's next waiter if its turn
+ * may have come.
+ */
 void
 locktable_release(LockTableRef ref)
 {
+	int			wake;
+
 	if (ref.index < 0)
 		return;
 	LWLockAcquire(table->lock, LW_EXCLUSIVE);
 	Assert(table->entries[ref.index].id == ref.id &&
 		   table->entries[ref.index].pid == MyProcPid);
-	free_entry(&table->entries[ref.index]);
+	wake = free_entry(&table->entries[ref.index]);
 	LWLockRelease(table->lock);
 	claimed--;
+	wake_waiter(wake);
+}
+
+/*
+ * Until when does a local holder keep a lock from the waiters: the end of
+ * its lease, as the holder or a renewer last set it; 0 once the lease was
+ * found lost.
+ */
+static TimestampTz
+holder_lease_end(RedisLockEntry *holder)
+{
+	if (pg_atomic_read_u32(&holder->lost) != 0)
+		return 0;
+	return Max(holder->state.lease_expires_at,
+			   (TimestampTz) pg_atomic_read_u64(&holder->renewed_until));
+}
+
+/*
+ * Is it the turn of this backend's entry to ask Redis for its lock: does
+ * no entry that came before it still wait, and no local holder's lease
+ * run?  When a holder's lease is what it waits for, *lease_end receives
+ * the last such lease's end, when the holder no longer counts; else 0.
+ */
+static bool
+is_turn_of(LockTableRef ref, TimestampTz *lease_end)
+{
+	RedisLockEntry *self = &table->entries[ref.index];
+	TimestampTz now = GetCurrentTimestamp();
+	bool		turn = true;
+	int			i;
+
+	*lease_end = 0;
+	LWLockAcquire(table->lock, LW_SHARED);
+	Assert(self->id == ref.id);
+	for (i = queued(self) ? *chain_of(self) : -1; i >= 0;
+		 i = table->entries[i].next)
+	{
+		RedisLockEntry *other = &table->entries[i];
+
+		if (other == self || !same_lock(other, self))
+			continue;
+		if (!other->state.granted)
+		{
+			if (other->id < self->id)
+				turn = false;
+		}
+		else if (holder_lease_end(other) > now)
+		{
+			turn = false;
+			*lease_end = Max(*lease_end, holder_lease_end(other));
+		}
+	}
+	LWLockRelease(table->lock);
+	return turn;
+}
+
+/*
+ * Before each attempt at a lock in Redis: true when it is this backend's
+ * turn, among the local waiters, to ask.  Otherwise sleep on the latch for
+ * at most timeout_ms (-1: no limit; 0: do not sleep), or until the lease
+ * of the local holder runs out, and return false: the caller checks its
+ * deadline and asks again.  An entry that leaves wakes the next waiter;
+ * interrupts are serviced on waking.  Always true without the preload.
+ */
+bool
+locktable_wait_turn(LockTableRef ref, long timeout_ms)
+{
+	TimestampTz lease_end;
+	int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
+
+	if (ref.index < 0 || is_turn_of(ref, &lease_end))
+		return true;
+	if (timeout_ms == 0)
+		return false;
+	if (lease_end != 0)
+	{
+		long		lease_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+															   lease_end) + 1;
+
+		timeout_ms = timeout_ms < 0 ? lease_ms : Min(timeout_ms, lease_ms);
+	}
+	if (timeout_ms >= 0)
+		events |= WL_TIMEOUT;
+	(void) WaitLatch(MyLatch, events, timeout_ms, redislock_wait_event);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	return false;
 }
 
 /*
@@ -312,15 +546,6 @@ locktable_mark_lost(LockTableRef ref)
 		first = pg_atomic_exchange_u32(&entry->lost, 1) == 0;
 	LWLockRelease(table->lock);
 	return first;
-}
-
-/* Do two entries name the same lock: the same server and Redis key? */
-static bool
-same_lock(const RedisLockEntry *a, const RedisLockEntry *b)
-{
-	return a->dbid == b->dbid && a->serverid == b->serverid &&
-		a->keylen == b->keylen && a->keyhash == b->keyhash &&
-		memcmp(a->key, b->key, Min(a->keylen, REDISLOCK_ENTRY_KEY_LEN)) == 0;
 }
 
 /*

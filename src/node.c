@@ -1,20 +1,31 @@
 /*-------------------------------------------------------------------------
  *
  * node.c
- *		One non-blocking socket to one Redis node, and the wait over any
- *		number of them.
+ *		One socket to one Redis node, and the wait over any number of
+ *		them.
  *
- * Sockets never block: writes go out as far as the kernel takes them, reads
- * take what has arrived and feed hiredis' reader, and everything else is a
- * wait on PostgreSQL's latch machinery against an absolute deadline.  The
- * latch wakes a wait for query cancel, statement_timeout and termination,
- * which SQL functions service on the spot.  Transaction-end callbacks run
- * with interrupts held: there a wait gives up when the backend is asked to
- * terminate, as the leases make up for what it leaves undone.
+ * Writes never block: they go out as far as the kernel takes them.  Reads
+ * take what has arrived and feed hiredis' reader.  Waiting is against an
+ * absolute deadline, and wakes for query cancel, statement_timeout and
+ * termination, which SQL functions service on the spot.  Transaction-end
+ * callbacks run with interrupts held: there a wait gives up when the
+ * backend is asked to terminate, as the leases make up for what it leaves
+ * undone.
  *
- * Looking up a host name is the one step that blocks: getaddrinfo() waits
- * for the resolver as long as the resolver's own timeouts say.  Only SQL
- * calls look names up, and the addresses found are kept (open_socket()).
+ * A wait for the replies of one node, the common case, is a read of its
+ * socket that blocks for at most RECEIVE_SLICE_MS: one system call where a
+ * wait on the latch machinery takes two (epoll_wait, then the read), and
+ * the kernel wakes a reader more cheaply than an epoll waiter.  The socket
+ * has a receive timeout, so the signals that carry cancel, timeouts and
+ * termination end the read with EINTR whatever SA_RESTART says; a signal
+ * that comes between the check of the latch and the read is seen when the
+ * slice ends.  Waits over several nodes, waits to write, and the last
+ * slice before a deadline use the latch machinery.
+ *
+ * Looking up a host name is the one step whose wait the extension does not
+ * bound: getaddrinfo() waits for the resolver as long as the resolver's own
+ * timeouts say.  Only SQL calls look names up, and the addresses found are
+ * kept (open_socket()).
  *
  *-------------------------------------------------------------------------
  */
@@ -33,7 +44,10 @@
 #include "common/ip.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/pmsignal.h"
 #include "utils/memutils.h"
+#include "utils/wait_event.h"
 
 #include "topology.h"
 
@@ -42,6 +56,11 @@
 
 /* Bytes read from a socket at a time */
 #define RECEIVE_CHUNK		(16 * 1024)
+
+/* The longest a blocking read waits before it looks at the latch again */
+#define RECEIVE_SLICE_MS	10
+
+static bool receive_from(RedisNode *node, int flags, bool *closed, bool *got);
 
 /* Nodes a shared wait set is kept for (a Redlock server's masters, say) */
 #define SHARED_WAIT_NODES	8
@@ -201,6 +220,43 @@ take_in_early(RedisNode *node)
 }
 
 /*
+ * Wait for the replies of one node by reading its socket (see the header
+ * comment) until something came, the peer closed or failed, or the
+ * deadline is within a slice.  Returns 1 when node_receive() has something
+ * to report, -1 when the wait was given up for a termination request, and
+ * 0 when the rest is left to the latch machinery.
+ */
+static int
+read_waiting(RedisNode *node, TimestampTz deadline, int elevel)
+{
+	for (;;)
+	{
+		bool		ok;
+		bool		closed;
+		bool		got;
+
+		if (MyLatch->is_set && !serve_interrupts(elevel))
+			return -1;
+		if (ms_until(deadline) <= RECEIVE_SLICE_MS)
+			return 0;
+		pgstat_report_wait_start(redislock_wait_event);
+		ok = receive_from(node, 0, &closed, &got);
+		pgstat_report_wait_end();
+		if (ok && !got)
+		{
+			if (!PostmasterIsAlive())
+				proc_exit(1);
+			continue;
+		}
+		node->read_in_wait = true;
+		node->read_ok = ok;
+		node->read_closed = closed;
+		node->read_errno = errno;
+		return 1;
+	}
+}
+
+/*
  * Wait until one of the nodes that waiting[] marks can make progress:
  * readable when it awaits replies, writable when it has bytes to write.
  * Returns the number of nodes that can, 0 when the deadline passed, -1
@@ -226,6 +282,13 @@ node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 		RedisNode  *node = nodes[0];
 		uint32		wanted = wanted_events(node);
 
+		if (wanted == WL_SOCKET_READABLE)
+		{
+			int			nread = read_waiting(node, deadline, elevel);
+
+			if (nread != 0)
+				return nread;
+		}
 		if (wanted != node->waitset_events)
 		{
 			ModifyWaitEvent(node->waitset, node->waitset_socket_pos, wanted,
@@ -353,6 +416,24 @@ start_connect(const struct sockaddr *addr, socklen_t addrlen, int *err)
 	return sock;
 }
 
+/*
+ * Make a connected socket's reads block, for at most RECEIVE_SLICE_MS (see
+ * the header comment); writes and the other reads pass MSG_DONTWAIT.
+ */
+static bool
+set_receive_slices(pgsocket sock, int *err)
+{
+	struct timeval slice = {0, RECEIVE_SLICE_MS * 1000};
+
+	if (!pg_set_block(sock) ||
+		setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &slice, sizeof(slice)) < 0)
+	{
+		*err = errno;
+		return false;
+	}
+	return true;
+}
+
 /* Has the connect started on sock succeeded?  Else *err says why not. */
 static bool
 connect_succeeded(pgsocket sock, int *err)
@@ -448,7 +529,7 @@ connect_address(RedisNode *node, const struct sockaddr *addr,
 	}
 	PG_END_TRY();
 
-	if (!connected)
+	if (!connected || !set_receive_slices(sock, err))
 	{
 		end_attempt(set, sock);
 		return false;
@@ -708,6 +789,7 @@ node_disconnect(RedisNode *node)
 	node->sock = PGINVALID_SOCKET;
 	ReleaseExternalFD();
 	node->checked = false;
+	node->read_in_wait = false;
 	node->awaiting = 0;
 	node->deferred = 0;
 	list_free_deep(node->redirectable);
@@ -770,7 +852,8 @@ node_flush(RedisNode *node)
 	while (node->out_sent < node->out.len)
 	{
 		ssize_t		n = send(node->sock, node->out.data + node->out_sent,
-							 node->out.len - node->out_sent, MSG_NOSIGNAL);
+							 node->out.len - node->out_sent,
+							 MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		if (n < 0)
 		{
@@ -787,25 +870,31 @@ node_flush(RedisNode *node)
 }
 
 /*
- * Read what has arrived into the reader.  Returns false on an I/O error
- * (errno set) or, with *closed set, when the peer closed the connection.
+ * Read into the reader until a read comes short.  With flags 0 the first
+ * read waits for data, for at most the socket's receive timeout; with
+ * MSG_DONTWAIT none does.  *got says whether anything came.  Returns false
+ * on an I/O error (errno set) or, with *closed set, when the peer closed
+ * the connection.
  */
-bool
-node_receive(RedisNode *node, bool *closed)
+static bool
+receive_from(RedisNode *node, int flags, bool *closed, bool *got)
 {
 	char		buf[RECEIVE_CHUNK];
 
 	*closed = false;
+	*got = false;
 	for (;;)
 	{
-		ssize_t		n = recv(node->sock, buf, sizeof(buf), 0);
+		ssize_t		n = recv(node->sock, buf, sizeof(buf), flags);
 
 		if (n > 0)
 		{
+			*got = true;
 			if (redisReaderFeed(node->reader, buf, n) != REDIS_OK)
 				return false;
 			if (n < (ssize_t) sizeof(buf))
 				return true;
+			flags = MSG_DONTWAIT;
 			continue;
 		}
 		if (n == 0)
@@ -813,10 +902,30 @@ node_receive(RedisNode *node, bool *closed)
 			*closed = true;
 			return false;
 		}
-		if (errno == EINTR)
+		if (errno == EINTR && (flags & MSG_DONTWAIT))
 			continue;
-		return errno == EAGAIN || errno == EWOULDBLOCK;
+		return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
 	}
+}
+
+/*
+ * Read what has arrived into the reader, or report what node_wait() read.
+ * Returns false on an I/O error (errno set) or, with *closed set, when the
+ * peer closed the connection.
+ */
+bool
+node_receive(RedisNode *node, bool *closed)
+{
+	bool		got;
+
+	if (node->read_in_wait)
+	{
+		node->read_in_wait = false;
+		*closed = node->read_closed;
+		errno = node->read_errno;
+		return node->read_ok;
+	}
+	return receive_from(node, MSG_DONTWAIT, closed, &got);
 }
 
 /*

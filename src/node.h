@@ -80,6 +80,10 @@ typedef struct RedisNode
 	bool		checked;		/* known ready: connected, peer not gone */
 	bool		stalled;		/* a call timed out, and no reply came since */
 	TimestampTz last_reply;		/* when a reply last arrived */
+	bool		read_in_wait;	/* node_wait() read the socket already, and */
+	bool		read_ok;		/* node_receive() reports what it found */
+	bool		read_closed;
+	int			read_errno;
 	bool		was_connected;	/* a connect now is a reconnect */
 	char	   *connect_error;	/* why the last connect failed, if it did */
 	int			connect_sqlstate;	/* and the SQLSTATE that says so */

@@ -191,18 +191,20 @@ typedef struct RedisLockState
 #define REDISLOCK_TOKEN_LEN			136
 
 /*
- * One entry.  The holder writes it, under the table's lock; what a renewer
- * (the lease watchdog) writes are the atomics at its end.  Everything a
- * renewer needs is here: the database, the user whose user mapping the
- * holder used, the server, the key and owner token, the ttl, and the
- * holder's pid and PGPROC number.  id is unique over the life of the
+ * One entry.  The holder writes it, under the table's lock, except next,
+ * which links the table's chains; what a renewer (the lease watchdog)
+ * writes are the atomics at its end.  Everything a renewer needs is here:
+ * the database, the user whose user mapping the holder used, the server,
+ * the key and owner token, the ttl, and the holder's pid and PGPROC
+ * number.  id is unique over the life of the
  * table: an entry whose id changed belongs to another lock, and an entry
  * outlives neither its lock nor its backend.
  */
 typedef struct RedisLockEntry
 {
 	int			index;			/* its place in the table, fixed */
-	int			next;			/* the next free entry, -1 for none */
+	int			next;			/* the next free entry, or while in use the
+								 * next in its hash chain; -1 for none */
 	uint64		id;				/* 0 while free */
 	int			pid;			/* the holder (or waiter) */
 	int			procno;			/* its PGPROC number */
@@ -238,6 +240,7 @@ extern LockTableRef locktable_claim(RedisConn *conn, const char *rkey,
 									int rkeylen, const RedisLockState *state);
 extern void locktable_publish(LockTableRef ref, const RedisLockState *state);
 extern void locktable_release(LockTableRef ref);
+extern bool locktable_wait_turn(LockTableRef ref, long timeout_ms);
 extern RedisLockEntry *locktable_copy(int *count);
 extern bool locktable_note_renewal(LockTableRef ref,
 								   TimestampTz lease_expires_at);
