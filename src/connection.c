@@ -304,14 +304,15 @@ refreshed_connection(RedisConn *conn, Oid serverid, Oid userid)
 }
 
 /*
- * The connection entry for serverid and the current user, with options
- * re-read from the catalog when they may have changed.  It is not
- * necessarily connected: redis_run() connects.
+ * The connection entry for serverid and userid, whose user mapping it
+ * uses, with options re-read from the catalog when they may have changed.
+ * It is not necessarily connected: redis_run() connects.  SQL functions
+ * use the current user's, after checking its privileges; the lease
+ * watchdog uses the user mapping that the lock's holder used.
  */
-static RedisConn *
-connection_for(Oid serverid)
+RedisConn *
+redis_conn_for_user(Oid serverid, Oid userid)
 {
-	Oid			userid = GetUserId();
 	RedisConn  *conn = NULL;
 	dlist_iter	iter;
 
@@ -355,7 +356,7 @@ redis_conn_current(void)
 	RedisConn  *conn;
 
 	refuse_parallel_worker();
-	conn = connection_for(current_server_oid());
+	conn = redis_conn_for_user(current_server_oid(), GetUserId());
 	conn->used_in_xact = true;
 	return conn;
 }
@@ -518,14 +519,14 @@ redis_server_nodes(PG_FUNCTION_ARGS)
 	int			i;
 
 	if (PG_ARGISNULL(0))
-		conn = connection_for(current_server_oid());
+		conn = redis_conn_for_user(current_server_oid(), GetUserId());
 	else
 	{
 		ForeignServer *server = GetForeignServerByName(NameStr(*PG_GETARG_NAME(0)),
 													   false);
 
 		check_server_usage(server->serverid, server->servername);
-		conn = connection_for(server->serverid);
+		conn = redis_conn_for_user(server->serverid, GetUserId());
 	}
 
 	InitMaterializedSRF(fcinfo, 0);

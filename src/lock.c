@@ -32,6 +32,7 @@
 #include "utils/tuplestore.h"
 
 #include "redislock.h"
+#include "worker.h"
 
 /*
  * Backoff between attempts while waiting for a lock, in ms; a wait that
@@ -82,6 +83,8 @@ typedef struct HeldLock
 	int			ttl_ms;
 	TimestampTz acquired_at;
 	TimestampTz lease_expires_at;
+	TimestampTz renew_until;	/* the lease watchdog renews it until then
+								 * (DT_NOEND: no limit), 0: it does not */
 	TimestampTz waiting_since;	/* while acquiring it, else 0 */
 	bool		wait_session;	/* for a session hold, while acquiring */
 	LockTableRef shared;		/* its entry in the shared lock table */
@@ -240,6 +243,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	lock->ttl_ms = 0;
 	lock->acquired_at = 0;
 	lock->lease_expires_at = 0;
+	lock->renew_until = 0;
 	lock->waiting_since = waiting.waiting_since;
 	lock->wait_session = session;
 	lock->shared = shared;
@@ -289,6 +293,7 @@ lock_state(const HeldLock *lock, RedisLockState *state)
 	state->waiting_since = lock->waiting_since;
 	state->acquired_at = lock->acquired_at;
 	state->lease_expires_at = lock->lease_expires_at;
+	state->renew_until = lock->renew_until;
 }
 
 /*
@@ -376,17 +381,24 @@ drop_one_hold(HeldLock *lock)
 }
 
 /*
- * The lock's ttl and the time its lease, renewed by a call that started at
- * start, runs out.  On a Redlock server the masters' clocks may drift
- * apart, and the lease is shorter by what they may.
+ * When a lease of ttl_ms on conn's server, set or renewed by a call that
+ * started at start, runs out.  On a Redlock server the masters' clocks may
+ * drift apart, and the lease is shorter by what they may.  The lease
+ * watchdog times its renewals with this too.
  */
+TimestampTz
+lock_lease_end(const RedisConn *conn, int ttl_ms, TimestampTz start)
+{
+	return TimestampTzPlusMilliseconds(start, ttl_ms -
+									   redis_conn_drift_ms(conn, ttl_ms));
+}
+
+/* The lock's ttl and the time its lease, renewed from start, runs out */
 static void
 set_lease(HeldLock *lock, int ttl_ms, TimestampTz start)
 {
 	lock->ttl_ms = ttl_ms;
-	lock->lease_expires_at =
-		TimestampTzPlusMilliseconds(start, ttl_ms -
-									redis_conn_drift_ms(lock->conn, ttl_ms));
+	lock->lease_expires_at = lock_lease_end(lock->conn, ttl_ms, start);
 }
 
 /*
@@ -398,16 +410,33 @@ set_lease(HeldLock *lock, int ttl_ms, TimestampTz start)
 static bool
 renewed_in_time(const HeldLock *lock, int ttl_ms, TimestampTz start)
 {
-	return GetCurrentTimestamp() <
-		TimestampTzPlusMilliseconds(start, ttl_ms -
-									redis_conn_drift_ms(lock->conn, ttl_ms));
+	return GetCurrentTimestamp() < lock_lease_end(lock->conn, ttl_ms, start);
 }
 
-/* The DETAIL of a renewal of lock that was late, or found it lost */
-static int
-errdetail_renewal_failed(const HeldLock *lock, bool late)
+/*
+ * Did a renewal of lock to ttl_ms, sent at start, keep it: did Redis find
+ * the key still ours (renewed), in time, and has nobody found the lease
+ * lost meanwhile?  The lease watchdog renews the lease while the backend
+ * works, and marks it when a renewal finds it lost or too late, or when
+ * it ran out unrenewed; a lease lost so was lost even where Redis says
+ * the key is ours again.
+ */
+static bool
+renewal_kept_lock(const HeldLock *lock, bool renewed, int ttl_ms,
+				  TimestampTz start)
 {
-	if (late)
+	return renewed && renewed_in_time(lock, ttl_ms, start) &&
+		!locktable_lease_lost(lock->shared);
+}
+
+/* The DETAIL of a renewal of lock that did not keep it */
+static int
+errdetail_renewal_failed(const HeldLock *lock, bool renewed)
+{
+	if (renewed && locktable_lease_lost(lock->shared))
+		return errdetail("The lease of the lock at %s was found lost earlier, while this backend held it.",
+						 lock_endpoint(lock));
+	if (renewed)
 		return errdetail("Redis at %s confirmed the lease only when it may have run out already.",
 						 lock_endpoint(lock));
 	return errdetail("The lock at %s expired or was taken by another client while this backend held it.",
@@ -533,14 +562,33 @@ add_token_arg(RedisCall *call)
 	redis_call_arg(call, token, strlen(token));
 }
 
+/*
+ * Make call the script that resets the lease of a lock, and of its fencing
+ * token, to ttl_ms if the lock's key still carries token: for
+ * redis_lock_extend(), the check before commit and the lease watchdog.
+ * The strings must outlive the call.
+ */
+void
+lock_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
+				 int rkeylen, int slot, const char *fence_key,
+				 int fence_keylen, const char *token, int ttl_ms)
+{
+	redis_call_init(call, conn, &extend_script);
+	call->slot = slot;
+	call->nkeys = 2;
+	redis_call_arg(call, rkey, rkeylen);
+	redis_call_arg(call, fence_key, fence_keylen);
+	redis_call_arg(call, token, strlen(token));
+	redis_call_int_arg(call, ttl_ms);
+}
+
 /* Make call the script that resets the lease of lock to ttl_ms if ours */
 static void
 prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 {
-	lock_call_init(call, lock, &extend_script);
-	add_lock_keys(call, lock);
-	add_token_arg(call);
-	redis_call_int_arg(call, ttl_ms);
+	lock_extend_call(call, lock->conn, lock->tag.key, lock->tag.keylen,
+					 lock->slot, lock->fence_key, lock->fence_keylen,
+					 conn_owner_token(lock->conn), ttl_ms);
 	call->origin = lock;
 }
 
@@ -957,7 +1005,7 @@ renew_held_lock(HeldLock *lock, int ttl_ms, int elevel)
 	prepare_extend(&call, lock, ttl_ms);
 	redis_run(&call, 1);
 	renewed = script_result(&call, user_key(lock)) == 1;
-	if (!renewed || !renewed_in_time(lock, ttl_ms, start))
+	if (!renewal_kept_lock(lock, renewed, ttl_ms, start))
 	{
 		note_lease_lost(lock);
 		ereport(elevel,
@@ -1020,6 +1068,37 @@ lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
 	return find_lock(conn->serverid, rkey, rkeylen);
 }
 
+/*
+ * Until when the lease watchdog renews the lease of a lock just granted:
+ * redislock.lease_renewal_limit after the grant, DT_NOEND for no limit, 0
+ * when it does not renew it at all: renewal is off for the session, there
+ * is no shared lock table (no preload), or the key is longer than a table
+ * entry keeps.
+ */
+static TimestampTz
+renewal_end(const HeldLock *lock)
+{
+	if (!redislock_lease_renewal || lock->shared.index < 0 ||
+		lock->tag.keylen > REDISLOCK_ENTRY_KEY_LEN)
+		return 0;
+	if (redislock_lease_renewal_limit == 0)
+		return DT_NOEND;
+	return TimestampTzPlusMilliseconds(lock->acquired_at,
+									   redislock_lease_renewal_limit);
+}
+
+/*
+ * Make sure the lease watchdog renews the lease of a lock it should renew,
+ * whose state is published: by a third of the lease's ttl
+ */
+static void
+ask_for_renewal(const HeldLock *lock)
+{
+	if (lock->renew_until != 0)
+		redislock_request_renewal(TimestampTzPlusMilliseconds(lock->lease_expires_at,
+															  -2 * (lock->ttl_ms / 3)));
+}
+
 static bool
 acquire_lock(FunctionCallInfo fcinfo, bool session)
 {
@@ -1050,9 +1129,11 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 			return false;
 		}
 		lock->waiting_since = 0;
+		lock->renew_until = renewal_end(lock);
 	}
 	add_hold(lock, session);
 	publish_lock(lock);
+	ask_for_renewal(lock);
 	return true;
 }
 
@@ -1218,6 +1299,7 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 	if (!renew_held_lock(lock, ttl_ms, WARNING))
 		PG_RETURN_BOOL(false);
 	publish_lock(lock);
+	ask_for_renewal(lock);
 	PG_RETURN_BOOL(true);
 }
 
@@ -1442,7 +1524,7 @@ locks_verify_before_commit(void)
 
 		lock = (HeldLock *) calls[i].origin;
 		renewed = script_result(&calls[i], user_key(lock)) == 1;
-		if (!renewed || !renewed_in_time(lock, lock->ttl_ms, start))
+		if (!renewal_kept_lock(lock, renewed, lock->ttl_ms, start))
 		{
 			/*
 			 * Reported here, so the abort's release keeps quiet; it still

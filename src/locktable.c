@@ -549,6 +549,20 @@ locktable_mark_lost(LockTableRef ref)
 }
 
 /*
+ * Has the lease of this backend's lock been found lost, by the lease
+ * watchdog or by the backend itself?  Read without the lock: the entry is
+ * the backend's own.  Never without the preload: nobody else looks.
+ */
+bool
+locktable_lease_lost(LockTableRef ref)
+{
+	if (ref.index < 0)
+		return false;
+	Assert(table->entries[ref.index].id == ref.id);
+	return pg_atomic_read_u32(&table->entries[ref.index].lost) != 0;
+}
+
+/*
  * redis_blocking_pids(pid): the backends of this server that hold the
  * Redis lock that pid waits for, as pg_blocking_pids() does for
  * PostgreSQL's locks.  Empty when pid waits for none, or only for a lock

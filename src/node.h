@@ -27,6 +27,8 @@ extern int	redislock_connect_timeout;
 extern int	redislock_command_timeout;
 extern int	redislock_end_timeout_limit;
 extern bool redislock_verify_before_commit;
+extern bool redislock_lease_renewal;
+extern int	redislock_lease_renewal_limit;
 extern int	redislock_max_locks;
 
 /* Loaded by shared_preload_libraries: shared memory is there */

@@ -24,6 +24,8 @@ int			redislock_connect_timeout = 1000;
 int			redislock_command_timeout = 1000;
 int			redislock_end_timeout_limit = 30000;
 bool		redislock_verify_before_commit = true;
+bool		redislock_lease_renewal = true;
+int			redislock_lease_renewal_limit = 600000;
 int			redislock_max_locks = 4096;
 bool		redislock_preloaded = false;
 
@@ -33,7 +35,8 @@ void		_PG_init(void);
 
 /*
  * Settings are user-settable, as each one only affects the session's own
- * work, except the administrator's cap on transaction ends.
+ * work, except the administrator's caps on transaction ends and on lease
+ * renewal.
  */
 static void
 define_settings(void)
@@ -82,6 +85,27 @@ define_settings(void)
 							 true,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
+
+	/*
+	 * The lease watchdog of a preloaded library renews the leases of a
+	 * session's locks unless the session says otherwise; how long it goes on
+	 * for a holder that never ends is the administrator's call.
+	 */
+	DefineCustomBoolVariable("redislock.lease_renewal",
+							 "Has the background worker renew the leases of the Redis locks this session takes.",
+							 "Renewal keeps a lock held for longer than its ttl_ms while its holder lives; it needs redislock in shared_preload_libraries.",
+							 &redislock_lease_renewal,
+							 true,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("redislock.lease_renewal_limit",
+							"Time after which the leases of a Redis lock are no longer renewed.",
+							"Counted from the lock's grant; 0 renews for as long as the lock is held.",
+							&redislock_lease_renewal_limit,
+							600000, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("redislock");
 }

@@ -105,6 +105,12 @@ extern bool redis_prefix_is_valid(const char *prefix);
  * reports failures and forgets what is done once the batch has run.
  */
 extern bool locks_have_xact_holds(void);
+extern void lock_extend_call(RedisCall *call, RedisConn *conn,
+							 const char *rkey, int rkeylen, int slot,
+							 const char *fence_key, int fence_keylen,
+							 const char *token, int ttl_ms);
+extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
+								  TimestampTz start);
 extern void locks_verify_before_commit(void);
 extern void locks_end_xact(RedisBatch *batch, bool session_too);
 extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
@@ -177,6 +183,8 @@ typedef struct RedisLockState
 	TimestampTz waiting_since;	/* 0 once granted */
 	TimestampTz acquired_at;
 	TimestampTz lease_expires_at;
+	TimestampTz renew_until;	/* the lease watchdog renews the lease until
+								 * then (DT_NOEND: no limit), 0: it does not */
 } RedisLockState;
 
 /*
@@ -245,7 +253,14 @@ extern RedisLockEntry *locktable_copy(int *count);
 extern bool locktable_note_renewal(LockTableRef ref,
 								   TimestampTz lease_expires_at);
 extern bool locktable_mark_lost(LockTableRef ref);
+extern bool locktable_lease_lost(LockTableRef ref);
 extern bool locktable_key_visible(Oid roleid);
 extern text *locktable_user_key(const RedisLockEntry *entry);
+
+/*
+ * The lease watchdog (watchdog.c), run by a database's background worker:
+ * it renews the leases of the locks granted in its database.
+ */
+extern TimestampTz watchdog_renew_due_leases(void);
 
 #endif							/* REDISLOCK_H */

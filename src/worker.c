@@ -19,11 +19,16 @@
  * extension finds nothing to do.  Work that fails (Redis unreachable) is
  * tried again by a new worker, after a pause that doubles each time.
  *
- * A worker holds its database only while it works, and never across a
- * pause.  DROP DATABASE, and the other commands that need a database to
- * themselves, wait a few seconds for its connections to leave and then
- * fail; the launcher watches for them and terminates a worker in their
- * way, as those commands themselves terminate autovacuum workers.
+ * A worker that locks of its database ask for (REDISLOCK_WORK_RENEW)
+ * stays while they want their leases renewed (watchdog.c), and a little
+ * longer, waking for each renewal; a backend granted such a lock wakes it
+ * only when the worker would otherwise look too late.  Otherwise a worker
+ * holds its database only while it works, and never across a pause
+ * between two tries of failed work.  DROP DATABASE, and the other
+ * commands that need a database to themselves, wait a few seconds for its
+ * connections to leave and then fail; the launcher watches for them and
+ * terminates a worker in their way, as those commands themselves
+ * terminate autovacuum workers.
  *
  * After a crash the postmaster makes shared memory anew: nothing from
  * before is kept, and the launcher, restarted, begins again.
@@ -74,6 +79,13 @@ static int	recover_interval_ms = 300000;
 /* How often the launcher looks for commands that need a worker's database */
 #define WATCH_MS			500
 
+/*
+ * A renewing worker looks at the leases at least this often, and stays
+ * this long once no lease is left to renew (ms)
+ */
+#define RENEW_MAX_SLEEP_MS	1000
+#define RENEW_LINGER_MS		10000
+
 /* The launcher's restart after it exits with an error, in seconds */
 #define LAUNCHER_RESTART_S	5
 
@@ -84,6 +96,9 @@ typedef struct WorkerSlot
 	uint32		work;			/* REDISLOCK_WORK_* asked for */
 	uint32		taken;			/* what of it the worker attached does */
 	pid_t		pid;			/* the worker attached, 0 when none */
+	Latch	   *latch;			/* and its latch, NULL when none */
+	pg_atomic_uint64 renew_wake_at; /* when the worker, renewing, next looks
+									 * at the leases; 0 while it looks */
 	int			attempts;		/* starts since the work last succeeded */
 	TimestampTz not_before;		/* no start before this */
 } WorkerSlot;
@@ -181,9 +196,13 @@ worker_shmem_startup(void)
 	state = ShmemInitStruct("redislock worker", worker_state_size(), &found);
 	if (!found)
 	{
+		int			i;
+
 		memset(state, 0, worker_state_size());
 		SpinLockInit(&state->mutex);
 		state->nslots = max_worker_processes;
+		for (i = 0; i < state->nslots; i++)
+			pg_atomic_init_u64(&state->slots[i].renew_wake_at, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -262,14 +281,16 @@ wake_launcher(void)
 
 /*
  * Ask for work in a database: its worker is started if none runs, and does
- * the work before it exits.  False when the server was not started with
- * redislock preloaded, or when the table has no room left; the launcher
- * then asks again for its recoveries once a slot is free.
+ * the work before it exits; a worker that runs is woken to take it.  False
+ * when the server was not started with redislock preloaded, or when the
+ * table has no room left; the launcher then asks again for its recoveries
+ * once a slot is free.
  */
 bool
 redislock_request_worker(Oid dboid, uint32 work)
 {
 	WorkerSlot *slot;
+	Latch	   *worker_latch = NULL;
 
 	if (state == NULL)
 		return false;
@@ -283,12 +304,59 @@ redislock_request_worker(Oid dboid, uint32 work)
 		slot->not_before = 0;
 	}
 	if (slot != NULL)
+	{
 		slot->work |= work;
+		worker_latch = slot->latch;
+	}
 	SpinLockRelease(&state->mutex);
 
-	if (slot != NULL)
+	if (worker_latch != NULL)
+		SetLatch(worker_latch);
+	else if (slot != NULL)
 		wake_launcher();
 	return slot != NULL;
+}
+
+/*
+ * Will this database's worker look at the leases by due, without being
+ * asked?  It will when it renews (asked for renewal, and still doing it)
+ * and has said that it looks again by then.  Read without the mutex: the
+ * caller has published its lock before (a full barrier is between), and
+ * the worker says it looks (renew_wake_at 0) before it copies the lock
+ * table, and stops renewing only after a last look with the bit cleared.
+ * Whichever of the two comes first, the lock is seen.
+ */
+static bool
+renewal_on_time(Oid dboid, TimestampTz due)
+{
+	int			i;
+
+	pg_memory_barrier();
+	for (i = 0; i < state->nslots; i++)
+	{
+		WorkerSlot *slot = &state->slots[i];
+		uint64		wake_at;
+
+		if (slot->dboid != dboid ||
+			((slot->work | slot->taken) & REDISLOCK_WORK_RENEW) == 0)
+			continue;
+		wake_at = pg_atomic_read_u64(&slot->renew_wake_at);
+		return wake_at != 0 && (TimestampTz) wake_at <= due;
+	}
+	return false;
+}
+
+/*
+ * A lock was granted, in this database, whose lease the watchdog renews
+ * first at due: ask for renewal unless the worker renews already and looks
+ * by then.  Most acquires so write nothing to shared memory here.
+ */
+void
+redislock_request_renewal(TimestampTz due)
+{
+	if (state == NULL || renewal_on_time(MyDatabaseId, due))
+		return;
+	(void) redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_RENEW);
 }
 
 /*
@@ -640,7 +708,10 @@ attach_slot(Oid dboid)
 	SpinLockAcquire(&state->mutex);
 	my_slot = find_slot(dboid);
 	if (my_slot != NULL && my_slot->pid == 0)
+	{
 		my_slot->pid = MyProcPid;
+		my_slot->latch = MyLatch;
+	}
 	else
 		my_slot = NULL;
 	SpinLockRelease(&state->mutex);
@@ -660,6 +731,8 @@ detach_slot(int code, Datum arg)
 	my_slot->work |= my_slot->taken;
 	my_slot->taken = 0;
 	my_slot->pid = 0;
+	my_slot->latch = NULL;
+	pg_atomic_write_u64(&my_slot->renew_wake_at, 0);
 	if (my_slot->work == 0)
 		my_slot->dboid = InvalidOid;
 	SpinLockRelease(&state->mutex);
@@ -904,16 +977,131 @@ init_session(void)
 }
 
 /*
+ * What a worker has to do: renew leases while locks here want it, and
+ * recover stock when asked, again after a pause when that failed
+ */
+typedef struct WorkerPlan
+{
+	bool		renewing;		/* renewal taken, and not given up */
+	TimestampTz renew_at;		/* the next look at the leases */
+	TimestampTz idle_since;		/* no lease to renew since, 0 while some */
+	TimestampTz recover_at;		/* the next recovery, DT_NOEND for none */
+	int			recover_failures;	/* since the last that succeeded */
+} WorkerPlan;
+
+/* Add to the plan the work asked for since the worker last looked */
+static void
+plan_taken_work(WorkerPlan *plan)
+{
+	uint32		work = take_work();
+
+	if (work & REDISLOCK_WORK_RECOVER)
+		plan->recover_at = 0;
+	if (work & REDISLOCK_WORK_RENEW)
+	{
+		plan->renewing = true;
+		plan->renew_at = 0;
+	}
+}
+
+/*
+ * Recover stock, the plan says it is due.  When it fails, a worker that
+ * renews leases tries again itself after a pause, since its leaving would
+ * stop the renewals; false for a worker that does not, which leaves for
+ * the launcher to start it again later.
+ */
+static bool
+recover_as_planned(WorkerPlan *plan)
+{
+	if (recover_database())
+	{
+		work_done(REDISLOCK_WORK_RECOVER);
+		plan->recover_at = DT_NOEND;
+		plan->recover_failures = 0;
+		return true;
+	}
+	plan->recover_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   retry_pause_ms(plan->recover_failures++));
+	return plan->renewing;
+}
+
+/*
+ * Stop renewing, no lease having wanted it for a while: renewal is done,
+ * and a last look, with the request cleared, finds any lock granted before
+ * (a lock granted later asks again).  False when that look found some.
+ */
+static bool
+stop_renewing(WorkerPlan *plan)
+{
+	work_done(REDISLOCK_WORK_RENEW);
+	if (watchdog_renew_due_leases() == DT_NOEND)
+		return true;
+	SpinLockAcquire(&state->mutex);
+	my_slot->taken |= REDISLOCK_WORK_RENEW;
+	SpinLockRelease(&state->mutex);
+	return false;
+}
+
+/*
+ * Renew the leases that are due, and plan the next look: when the next
+ * lease is due, and at least every RENEW_MAX_SLEEP_MS, so that a lock
+ * granted meanwhile with a longer lease need not wake the worker.  While
+ * the worker looks, and while it sleeps, the slot says until when, which
+ * is what backends granted a lock read (redislock_request_renewal()).
+ * The worker stays RENEW_LINGER_MS with no lease to renew, as locks come
+ * and go.
+ */
+static void
+renew_as_planned(WorkerPlan *plan)
+{
+	TimestampTz next;
+	TimestampTz now;
+
+	pg_atomic_write_u64(&my_slot->renew_wake_at, 0);
+	pg_memory_barrier();
+	next = watchdog_renew_due_leases();
+	now = GetCurrentTimestamp();
+	if (next != DT_NOEND)
+		plan->idle_since = 0;
+	else if (plan->idle_since == 0)
+		plan->idle_since = now;
+	else if (now >= TimestampTzPlusMilliseconds(plan->idle_since,
+												RENEW_LINGER_MS) &&
+			 stop_renewing(plan))
+	{
+		plan->renewing = false;
+		return;
+	}
+	plan->renew_at = Min(next, TimestampTzPlusMilliseconds(now,
+														   RENEW_MAX_SLEEP_MS));
+	pg_atomic_write_u64(&my_slot->renew_wake_at, (uint64) plan->renew_at);
+}
+
+/* Sleep until the plan's next work is due, or a request sets the latch */
+static void
+sleep_as_planned(const WorkerPlan *plan)
+{
+	TimestampTz wake = Min(plan->renew_at, plan->recover_at);
+	long		timeout_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+															 wake);
+
+	(void) WaitLatch(MyLatch,
+					 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 Max(timeout_ms, 1), redislock_wait_event);
+	ResetLatch(MyLatch);
+}
+
+/*
  * A database's worker: it does the work asked for there, and exits when
- * none is left, or when some failed, for the launcher to start it again
- * later.
+ * none is left, or when a recovery failed and no lease needs it, for the
+ * launcher to start it again later.
  */
 void
 redislock_worker_main(Datum main_arg)
 {
 	Oid			dboid = DatumGetObjectId(main_arg);
+	WorkerPlan	plan = {0};
 	MemoryContext work_cxt;
-	uint32		work;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -925,25 +1113,32 @@ redislock_worker_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	init_session();
 
+	plan.recover_at = DT_NOEND;
+	plan.renew_at = DT_NOEND;
 	work_cxt = AllocSetContextCreate(TopMemoryContext, "redislock worker",
 									 ALLOCSET_DEFAULT_SIZES);
-	while ((work = take_work()) != 0)
+	MemoryContextSwitchTo(work_cxt);
+	for (;;)
 	{
-		bool		done;
-
+		MemoryContextReset(work_cxt);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		MemoryContextSwitchTo(work_cxt);
-		done = (work & REDISLOCK_WORK_RECOVER) == 0 || recover_database();
-		MemoryContextSwitchTo(TopMemoryContext);
-		MemoryContextReset(work_cxt);
-		if (!done)
+		plan_taken_work(&plan);
+		if (!plan.renewing && plan.recover_at == DT_NOEND)
 			break;
-		work_done(work);
+		if (plan.recover_at <= GetCurrentTimestamp() &&
+			!recover_as_planned(&plan))
+			break;
+		if (plan.renewing && plan.renew_at <= GetCurrentTimestamp())
+			renew_as_planned(&plan);
+		if (!plan.renewing && plan.recover_at != DT_NOEND)
+			break;				/* a failed recovery, and renewal over */
+		if (plan.renewing)
+			sleep_as_planned(&plan);
 	}
 	proc_exit(0);
 }

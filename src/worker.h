@@ -14,12 +14,16 @@
 #ifndef REDISLOCK_WORKER_H
 #define REDISLOCK_WORKER_H
 
+#include "datatype/timestamp.h"
+
 /* Work for a database's worker, as bits of a request */
 #define REDISLOCK_WORK_RECOVER	0x0001	/* settle the decrements that
 										 * transactions left open */
+#define REDISLOCK_WORK_RENEW	0x0002	/* renew the leases of held locks */
 
 extern void redislock_init_worker(void);
 extern bool redislock_request_worker(Oid dboid, uint32 work);
+extern void redislock_request_renewal(TimestampTz due);
 
 /* Entry points, which the postmaster looks up by name */
 extern PGDLLEXPORT void redislock_launcher_main(Datum main_arg);
