@@ -198,7 +198,9 @@ for my $round (1 .. 9)
 diag sprintf('hand-offs (ms): %s', join(', ', map { sprintf '%.1f', $_ } @handoffs));
 cmp_ok($handoffs[4], '<', 10, 'the median hand-off takes less than 10 ms');
 
-# a local holder whose lease ran out, with nobody releasing it
+# a local holder whose lease ran out, with nobody releasing it (and the
+# lease watchdog told not to renew it)
+session_query($holder, 'SET redislock.lease_renewal = off');
 my $start = time;
 hold('lapse', 1000);
 is(queue_waiter(0, 'lapse', 0), 1, 'a waiter queues behind it');
@@ -208,6 +210,7 @@ diag sprintf('granted %.2f s after the holder took a lease of 1 s', $waited);
 cmp_ok($waited, '<', 5, 'once the holder\'s lease ran out');
 ($out, $err) = session_query($holder, 'COMMIT');
 like($err, qr/40001/, 'the holder finds its lease lost at commit');
+session_query($holder, 'RESET redislock.lease_renewal');
 
 # a foreign holder: the first local waiter polls, the others stay queued
 is($redis->cli('SET', 'foreign', 'another-client', 'NX', 'PX', '60000'),
