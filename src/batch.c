@@ -643,6 +643,22 @@ redis_connect(RedisConn *conn, const char *key, int keylen, int slot)
 	report_failure(&run, deadline, ERROR);
 }
 
+/*
+ * Connect and authenticate a node that carries no calls of a batch (a
+ * subscription's), within connect_timeout, raising an ERROR on failure.
+ */
+void
+redis_open_node(RedisNode *node)
+{
+	RedisDeadline deadline = redis_command_deadline();
+	NodeRun		run = {0};
+
+	run.node = node;
+	node->checked = false;
+	if (!prepare_node(&run, &deadline, ERROR))
+		report_failure(&run, deadline, ERROR);
+}
+
 /* Report why a node's replies did not all come */
 static void
 report_failure(const NodeRun *run, RedisDeadline deadline, int elevel)

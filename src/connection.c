@@ -137,6 +137,7 @@ redis_conn_disconnect(RedisConn *conn)
 
 	for (i = 0; i < conn->nnodes; i++)
 		node_disconnect(conn->nodes[i]);
+	wake_close(conn);
 }
 
 /* Free a connection entry that is no longer wanted */
@@ -147,6 +148,7 @@ free_connection(RedisConn *conn)
 
 	for (i = 0; i < conn->nnodes; i++)
 		node_destroy(conn->nodes[i]);
+	wake_close(conn);
 	dlist_delete(&conn->node_link);
 	MemoryContextDelete(conn->cxt);
 	pfree(conn);

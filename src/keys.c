@@ -43,7 +43,8 @@ static const struct
 {
 	[REDIS_SIBLING_FENCE] = {"fence", "fencing token"},
 	[REDIS_SIBLING_RECORDS] = {"ops", "decrement records"},
-	[REDIS_SIBLING_BUYERS] = {"buyers", "buyers"}
+	[REDIS_SIBLING_BUYERS] = {"buyers", "buyers"},
+	[REDIS_SIBLING_WAITERS] = {"waiters", "queue of waiters"}
 };
 
 /* For each slot, the number whose decimal digits hash to it */
@@ -97,15 +98,14 @@ redis_key(const char *prefix, const char *key, int keylen, int *rkeylen)
 }
 
 /*
- * The sibling of kind `kind` of rkey (rkeylen bytes, the first prefixlen
- * of which are the server's key prefix, in hash slot `slot`), palloc'd and
- * NUL-terminated.
+ * <prefix>{<slot tag>}:<kindname>:<key> for rkey (rkeylen bytes, the first
+ * prefixlen of which are the server's key prefix, in hash slot `slot`),
+ * palloc'd and NUL-terminated.
  */
-char *
-redis_sibling_key(const char *rkey, int rkeylen, int prefixlen, int slot,
-				  RedisSiblingKind kind, int *len)
+static char *
+slot_sibling(const char *rkey, int rkeylen, int prefixlen, int slot,
+			 const char *kindname, int *len)
 {
-	const char *kindname = sibling_kinds[kind].kind;
 	int			kindlen = strlen(kindname);
 	char		tag[12];
 	int			taglen;
@@ -134,6 +134,41 @@ redis_sibling_key(const char *rkey, int rkeylen, int prefixlen, int slot,
 	*p = '\0';
 	*len = p - sibling;
 	return sibling;
+}
+
+/*
+ * The sibling of kind `kind` of rkey (rkeylen bytes, the first prefixlen
+ * of which are the server's key prefix, in hash slot `slot`), palloc'd and
+ * NUL-terminated.
+ */
+char *
+redis_sibling_key(const char *rkey, int rkeylen, int prefixlen, int slot,
+				  RedisSiblingKind kind, int *len)
+{
+	return slot_sibling(rkey, rkeylen, prefixlen, slot,
+						sibling_kinds[kind].kind, len);
+}
+
+/*
+ * The pub/sub channel on which the waiter whose owner token is owner_token
+ * is told that rkey (as for redis_sibling_key()) was released:
+ * <prefix>{<slot tag>}:wake:<owner token>:<key>.  It stays inside the
+ * prefix, where a Redis ACL channel pattern such as &shop:* confines it,
+ * and hashes to the key's slot, so that a Cluster's sharded pub/sub serves
+ * it on the key's node.  An owner token has a fixed number of colons, so
+ * no two waiters or keys share a channel.  A channel is no key: user keys
+ * of its shape take nothing's place.
+ */
+char *
+redis_wake_channel(const char *rkey, int rkeylen, int prefixlen, int slot,
+				   const char *owner_token, int *len)
+{
+	char	   *kindname = psprintf("wake:%s", owner_token);
+	char	   *channel = slot_sibling(rkey, rkeylen, prefixlen, slot,
+									   kindname, len);
+
+	pfree(kindname);
+	return channel;
 }
 
 /*

@@ -34,9 +34,15 @@
 #include "redislock.h"
 #include "worker.h"
 
-/* Backoff between attempts while waiting for a lock, in ms */
+/*
+ * Backoff between attempts while waiting for a lock, in ms; a wait that
+ * hears our releases polls at the longest, for other clients' releases
+ */
 #define WAIT_MIN_DELAY_MS	1
 #define WAIT_MAX_DELAY_MS	50
+
+/* The longest sleep of a wait that hears keyspace events too, in ms */
+#define WAIT_KEYSPACE_MAX_MS	1000
 
 /* What identifies a lock: the foreign server and the full Redis key */
 typedef struct LockTag
@@ -63,6 +69,10 @@ typedef struct HeldLock
 	int			slot;			/* the key's Cluster hash slot */
 	char	   *fence_key;		/* the sibling key of the fencing token */
 	int			fence_keylen;
+	char	   *waiters_key;	/* the sibling key of the waiters' queue */
+	int			waiters_keylen;
+	char	   *wake_channel;	/* where a release wakes this backend */
+	int			wake_channellen;
 	int			session_holds;
 	int			xact_holds;		/* sum of the counts in levels */
 	LevelHolds *levels;			/* ascending nesting levels */
@@ -216,6 +226,12 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	lock->fence_key = redis_sibling_key(rkey, rkeylen, lock->prefixlen,
 										lock->slot, REDIS_SIBLING_FENCE,
 										&lock->fence_keylen);
+	lock->waiters_key = redis_sibling_key(rkey, rkeylen, lock->prefixlen,
+										  lock->slot, REDIS_SIBLING_WAITERS,
+										  &lock->waiters_keylen);
+	lock->wake_channel = redis_wake_channel(rkey, rkeylen, lock->prefixlen,
+											lock->slot, conn->owner_token,
+											&lock->wake_channellen);
 	MemoryContextSwitchTo(oldcxt);
 	lock->session_holds = 0;
 	lock->xact_holds = 0;
@@ -246,6 +262,8 @@ remove_lock(HeldLock *lock)
 	untouch_lock(lock);
 	locktable_release(lock->shared);
 	pfree(lock->fence_key);
+	pfree(lock->waiters_key);
+	pfree(lock->wake_channel);
 	if (lock->levels != NULL)
 		pfree(lock->levels);
 	hash_search(held_locks, &lock->tag, HASH_REMOVE, NULL);
@@ -527,6 +545,14 @@ conn_owner_token(RedisConn *conn)
 	return conn->owner_token;
 }
 
+/* Add the key of the lock's waiters' queue to a script call */
+static void
+add_waiters_key(RedisCall *call, const HeldLock *lock)
+{
+	call->nkeys++;
+	redis_call_arg(call, lock->waiters_key, lock->waiters_keylen);
+}
+
 /* Add the owner token of this backend's locks on the call's server */
 static void
 add_token_arg(RedisCall *call)
@@ -572,6 +598,7 @@ prepare_release(RedisCall *call, HeldLock *lock)
 	lock_call_init(call, lock, &release_script);
 	call->nkeys = 1;
 	add_lock_key(call, lock);
+	add_waiters_key(call, lock);
 	add_token_arg(call);
 	call->origin = lock;
 }
@@ -624,6 +651,7 @@ abandon_lock(HeldLock *lock, const RedisCall *wait)
 
 	lock_call_init(&call, lock, &abandon_script);
 	add_lock_keys(&call, lock);
+	add_waiters_key(&call, lock);
 	add_token_arg(&call);
 	redis_run(&call, 1);
 	script_result(&call, user_key(lock));
@@ -647,12 +675,41 @@ release_not_taken(HeldLock *lock)
 }
 
 /*
+ * What a refused attempt tells of the lock: how long its holder's lease
+ * still runs (-1 when unknown: no lease, or a quorum's refusal), and
+ * whether the holder is one of ours, whose release is announced.
+ */
+typedef struct Refusal
+{
+	long		lease_ms;
+	bool		holder_announces;
+} Refusal;
+
+/* Read a refusal of the acquire script: -1 - (2 * PTTL + foreign), or 0 */
+static void
+read_refusal(long long answer, Refusal *refusal)
+{
+	long long	encoded = -1 - answer;
+
+	refusal->lease_ms = -1;
+	refusal->holder_announces = false;
+	if (answer >= 0)
+		return;
+	if (encoded / 2 < PG_INT32_MAX)
+		refusal->lease_ms = (long) (encoded / 2);
+	refusal->holder_announces = encoded % 2 == 0;
+}
+
+/*
  * One attempt at taking the lock in Redis: true when taken.  With the
  * server's min_replicas, the replicas must acknowledge it in the same round
- * trip, or it is released again and that is an error.
+ * trip, or it is released again and that is an error.  A waiter that hears
+ * our releases is queued when refused (queue), at the front when a release
+ * woke it (front); *refusal tells what the refusal said of the holder.
  */
 static bool
-try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
+try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
+			bool queue, bool front, Refusal *refusal)
 {
 	TimestampTz start = GetCurrentTimestamp();
 	RedisCall	calls[2];
@@ -661,8 +718,15 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 
 	lock_call_init(call, lock, &acquire_script);
 	add_lock_keys(call, lock);
+	add_waiters_key(call, lock);
 	add_token_arg(call);
 	redis_call_int_arg(call, ttl_ms);
+	if (queue)
+	{
+		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
+		if (front)
+			redis_call_arg(call, "front", 5);
+	}
 	if (lock->conn->min_replicas > 0)
 		redis_call_wait_replicas(&calls[ncalls++], call);
 
@@ -678,6 +742,7 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 		 */
 		release_not_taken(lock);
 		lock->in_redis = false;
+		read_refusal(0, refusal);
 		return false;
 	}
 	if (call->reply_type != REDIS_REPLY_STRING)
@@ -686,7 +751,7 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline)
 		if (redis_conn_decides_by_quorum(lock->conn))
 			release_not_taken(lock);
 		lock->in_redis = false;
-		script_result(call, user_key(lock));
+		read_refusal(script_result(call, user_key(lock)), refusal);
 		return false;
 	}
 	if (ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
@@ -754,31 +819,51 @@ wait_time_left(HeldLock *lock, TimestampTz start, int wait_ms, long *left_ms)
 }
 
 /*
- * Sleep before the next attempt: capped exponential backoff with jitter, so
- * waiters do not hammer Redis in step.  The latch wakes us for query cancel
- * and statement_timeout, and for a local holder's release.  Returns false
- * when wait_ms has run out.
+ * How long to sleep before the next attempt, unless a release wakes us.
+ * A wait that hears our releases polls only for other clients' releases:
+ * every WAIT_MAX_DELAY_MS, or never before the lease ends when keyspace
+ * events tell of those too.  Otherwise capped exponential backoff with
+ * jitter, so that pollers do not hammer Redis in step.  Nobody sleeps past
+ * the end of the holder's lease.
+ */
+static long
+sleep_before_retry(int hears, const Refusal *refusal, int *delay_ms)
+{
+	long		sleep_ms;
+
+	if (hears & WAKE_KEYSPACE)
+		sleep_ms = WAIT_KEYSPACE_MAX_MS;
+	else if (hears & WAKE_ANNOUNCED)
+		sleep_ms = WAIT_MAX_DELAY_MS;
+	else
+	{
+		sleep_ms = *delay_ms / 2 +
+			(long) (pg_prng_double(&pg_global_prng_state) * (*delay_ms / 2 + 1));
+		*delay_ms = Min(*delay_ms * 2, WAIT_MAX_DELAY_MS);
+	}
+	if (refusal->lease_ms >= 0)
+		sleep_ms = Min(sleep_ms, refusal->lease_ms + 1);
+	return sleep_ms;
+}
+
+/*
+ * Sleep before the next attempt, or until a release wakes us (*woken).
+ * The latch wakes us for query cancel and statement_timeout, for a local
+ * holder's release, and for a look at the lock.  Returns false when
+ * wait_ms has run out.
  */
 static bool
 wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
-				  int *delay_ms)
+				  long sleep_ms, bool holder_announces, bool *woken)
 {
 	long		left_ms;
-	long		sleep_ms;
 
 	if (!wait_time_left(lock, start, wait_ms, &left_ms))
 		return false;
-	sleep_ms = *delay_ms / 2 +
-		(long) (pg_prng_double(&pg_global_prng_state) * (*delay_ms / 2 + 1));
 	if (left_ms >= 0)
 		sleep_ms = Min(sleep_ms, left_ms);
-
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 Max(sleep_ms, 1), redislock_wait_event);
-	ResetLatch(MyLatch);
-	CHECK_FOR_INTERRUPTS();
-
-	*delay_ms = Min(*delay_ms * 2, WAIT_MAX_DELAY_MS);
+	*woken = wake_wait(lock->conn, Max(sleep_ms, 1),
+					   holder_announces) == WAKE_RELEASED;
 	return true;
 }
 
@@ -803,32 +888,104 @@ wait_for_turn(HeldLock *lock, TimestampTz start, int wait_ms, bool *waited)
 	return true;
 }
 
-/* Take the lock in Redis, waiting as wait_ms says */
+/*
+ * Wait for the lock in Redis as wait_ms says, after a first refusal.  The
+ * waiter subscribes to what wakes it (wake.c) and tries again at once, so
+ * that a release between its first attempt and its subscription is not
+ * missed; from then on each refusal queues it, and a release wakes it.
+ * A waiter still subscribed from its last wait for the same lock was
+ * queued by its first attempt already.  A subscription lost meanwhile (a
+ * slot moved, a failover) is made again where the key is served now.
+ * With the preload, each attempt waits for its local turn first.
+ */
+static bool
+wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
+			  int hears, Refusal *refusal, bool *waited)
+{
+	RedisConn  *conn = lock->conn;
+	const char *key = lock->tag.key;
+	int			keylen = lock->tag.keylen;
+	int			delay_ms = WAIT_MIN_DELAY_MS;
+	bool		woken = false;
+	bool		subscribed = hears != 0;
+
+	note_waiting(lock, waited);
+	for (;;)
+	{
+		if (!subscribed)
+		{
+			hears = wake_subscribe(conn, key, keylen, lock->wake_channel,
+								   lock->wake_channellen,
+								   attempt_deadline(start, wait_ms));
+			subscribed = true;
+		}
+		else
+		{
+			if ((hears & WAKE_ANNOUNCED) &&
+				!wake_listening(conn, key, keylen, lock->wake_channel,
+								lock->wake_channellen))
+				hears = wake_subscribe(conn, key, keylen, lock->wake_channel,
+									   lock->wake_channellen,
+									   attempt_deadline(start, wait_ms));
+			if (!wait_before_retry(lock, start, wait_ms,
+								   sleep_before_retry(hears, refusal, &delay_ms),
+								   refusal->holder_announces, &woken))
+				break;
+		}
+		if (!wait_for_turn(lock, start, wait_ms, waited))
+			break;
+		if (try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
+						(hears & WAKE_ANNOUNCED) != 0, woken, refusal))
+		{
+			wake_end(conn, true);
+			return true;
+		}
+	}
+	wake_end(conn, false);
+	return false;
+}
+
+/*
+ * Take the lock in Redis, waiting as wait_ms says.  An error while waiting
+ * (cancel, a timeout) closes the subscriptions: this backend is in the
+ * waiters' queue, and a release must not announce itself to it.
+ */
 static bool
 acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 {
 	TimestampTz start = GetCurrentTimestamp();
-	int			delay_ms = WAIT_MIN_DELAY_MS;
+	Refusal		refusal;
+	int			hears = 0;
 	bool		waited = false;
+	bool		taken = false;
 
 	redis_connect(lock->conn, lock->tag.key, lock->tag.keylen, lock->slot);
-	for (;;)
+	if (!wait_for_turn(lock, start, wait_ms, &waited))
+		return false;
+	if (wait_ms == 0)
+		return try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
+						   false, false, &refusal);
+	if (wake_listening(lock->conn, lock->tag.key, lock->tag.keylen,
+					   lock->wake_channel, lock->wake_channellen))
+		hears = WAKE_ANNOUNCED;
+	PG_TRY();
 	{
-		if (!wait_for_turn(lock, start, wait_ms, &waited))
-			return false;
-		if (try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms)))
-			break;
-		if (wait_ms == 0)
-			return false;
-		note_waiting(lock, &waited);
-		if (!wait_before_retry(lock, start, wait_ms, &delay_ms))
-			return false;
+		taken = try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
+							hears != 0, false, &refusal) ||
+			wait_in_redis(lock, ttl_ms, wait_ms, start, hears, &refusal,
+						  &waited);
 	}
-	if (waited)
+	PG_CATCH();
+	{
+		wake_close(lock->conn);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (taken && waited)
 		count_wait(lock, TimestampDifferenceMilliseconds(start,
 														 GetCurrentTimestamp()),
 				   false);
-	return true;
+	return taken;
 }
 
 /*

@@ -177,6 +177,7 @@ extern RedisDeadline redis_command_deadline(void);
 extern void redis_connect(struct RedisConn *conn, const char *key, int keylen,
 						  int slot);
 extern int	redis_conn_masters(struct RedisConn *conn, RedisNode ***masters);
+extern void redis_open_node(RedisNode *node);
 extern void redis_run(RedisCall *calls, int ncalls);
 extern bool redis_run_until(RedisCall *calls, int ncalls,
 							RedisDeadline deadline, int elevel);

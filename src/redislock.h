@@ -17,6 +17,7 @@
  *		locktable.c			the shared lock table: every backend's locks
  *		connection.c,		the connection cache: foreign server and user,
  *		option.c			and their options
+ *		wake.c				subscriptions that wake a lock's waiters
  *		args.c, keys.c,		SQL arguments, key layout, the Lua scripts
  *		scripts.c
  *		batch.c				running a set of calls over several nodes,
@@ -80,7 +81,8 @@ typedef enum RedisSiblingKind
 {
 	REDIS_SIBLING_FENCE,		/* a lock's fencing token */
 	REDIS_SIBLING_RECORDS,		/* an item's decrement records */
-	REDIS_SIBLING_BUYERS		/* an item's buyers */
+	REDIS_SIBLING_BUYERS,		/* an item's buyers */
+	REDIS_SIBLING_WAITERS		/* the wake channels of a lock's waiters */
 } RedisSiblingKind;
 
 /* Key layout (keys.c) */
@@ -88,6 +90,8 @@ extern char *redis_key(const char *prefix, const char *key, int keylen,
 					   int *rkeylen);
 extern char *redis_sibling_key(const char *rkey, int rkeylen, int prefixlen,
 							   int slot, RedisSiblingKind kind, int *len);
+extern char *redis_wake_channel(const char *rkey, int rkeylen, int prefixlen,
+								int slot, const char *owner_token, int *len);
 extern char *redis_sibling_owner(const char *rkey, int rkeylen, int prefixlen,
 								 RedisSiblingKind kind, int *ownerlen);
 extern char *redis_sibling_pattern(const char *prefix, RedisSiblingKind kind);

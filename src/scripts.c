@@ -49,6 +49,35 @@
 	"end\n"
 
 /*
+ * Wake the first waiter of a lock that still listens, after the lock was
+ * deleted: pop wake channels from the front of the waiters' queue and
+ * announce on each until one reached a subscriber (a waiter that gave up,
+ * or died, listens no more), popping a few at most.  Sharded pub/sub
+ * (SPUBLISH, Redis 7) serves a Cluster on the key's node; a server without
+ * it is announced to with PUBLISH, which its waiters then subscribed to.
+ * Everything goes through redis.pcall: an announcement that fails (an ACL
+ * that denies a channel, say) never undoes the release before it, and the
+ * waiters poll.  One waiter is woken per release, so that waiters do not
+ * all race for a lock that only one can take.
+ */
+#define ANNOUNCE_RELEASE \
+	"local function announce(waiters)\n" \
+	"  for i = 1, 8 do\n" \
+	"    local channel = redis.pcall('LPOP', waiters)\n" \
+	"    if type(channel) ~= 'string' then\n" \
+	"      return\n" \
+	"    end\n" \
+	"    local heard = redis.pcall('SPUBLISH', channel, 'released')\n" \
+	"    if type(heard) ~= 'number' then\n" \
+	"      heard = redis.pcall('PUBLISH', channel, 'released')\n" \
+	"    end\n" \
+	"    if type(heard) == 'number' and heard > 0 then\n" \
+	"      return\n" \
+	"    end\n" \
+	"  end\n" \
+	"end\n"
+
+/*
  * Take the lock when it is free (as SET NX PX would: nothing can come
  * between the check and the SET of a script), or renew it when it already
  * carries our token, which happens when an earlier command's outcome was
@@ -63,14 +92,39 @@
  * written, and the lock is written last, by the command that has just
  * written the token: an error reply leaves no lock behind, at most a token
  * drawn for nobody, which is harmless since tokens only have to grow.
- * Returns the token (a string), or 0 when someone else holds the lock.
- * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms.
+ * Returns the token (a string) when taken.
+ *
+ * A waiter that listens on a wake channel names it: when refused it is
+ * queued, once, at the back of the waiters' queue, or at the front when a
+ * release woke it and it lost the race again; when granted it leaves the
+ * queue, so that no release wakes a waiter that waits no more.  The queue
+ * lives as long as the lock's lease and the waiter's ttl together, and
+ * waiters that still wait queue themselves again at each attempt.  A
+ * refusal returns -1 - (2 * PTTL + foreign): the holder's remaining lease,
+ * which bounds how long a waiter that polls sleeps (2^31 - 1 when the lock
+ * has no lease), and whether the holder's value is not an owner token of
+ * ours (foreign = 1), whose release nobody announces.
+ * KEYS: lock, fencing token[, waiters].  ARGV: owner token, ttl in ms[,
+ * wake channel, "front"].
  */
 RedisScript acquire_script = {
 	"acquire",
 	"local holder = redis.call('GET', KEYS[1])\n"
 	"if holder and holder ~= ARGV[1] then\n"
-	"  return 0\n"
+	"  local pttl = redis.call('PTTL', KEYS[1])\n"
+	"  if pttl < 0 then\n"
+	"    pttl = 2147483647\n"
+	"  end\n"
+	"  if ARGV[3] and not redis.pcall('LPOS', KEYS[3], ARGV[3]) then\n"
+	"    redis.pcall(ARGV[4] == 'front' and 'LPUSH' or 'RPUSH', KEYS[3], ARGV[3])\n"
+	"    local keep = math.min(pttl, 2147483647 - ARGV[2]) + ARGV[2]\n"
+	"    local left = redis.pcall('PTTL', KEYS[3])\n"
+	"    if type(left) == 'number' and left < keep then\n"
+	"      redis.pcall('PEXPIRE', KEYS[3], keep)\n"
+	"    end\n"
+	"  end\n"
+	"  local foreign = string.sub(holder, 1, 3) == 'pg:' and 0 or 1\n"
+	"  return -1 - (2 * pttl + foreign)\n"
 	"end\n"
 	"local last = redis.call('GET', KEYS[2])\n"
 	"if last and not (string.match(last, '^[1-9]%d*$') and\n"
@@ -85,36 +139,48 @@ RedisScript acquire_script = {
 	"  token = string.sub(stem, 1, -2) .. digit .. string.rep('0', #nines)\n"
 	"  token = string.match(token, '^0?(.*)$')\n"
 	"end\n"
+	"if ARGV[3] then\n"
+	"  redis.pcall('LREM', KEYS[3], 0, ARGV[3])\n"
+	"end\n"
 	"redis.call('SET', KEYS[2], token, 'PX', ARGV[2])\n"
 	"redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
 	"return token\n"
 };
 
 /*
- * Delete the lock only if it is still ours.  Returns 1 when deleted.
- * KEYS: lock.  ARGV: owner token.
+ * Delete the lock only if it is still ours, and wake its first waiter.
+ * Returns 1 when deleted.
+ * KEYS: lock[, waiters].  ARGV: owner token.
  */
 RedisScript release_script = {
 	"release",
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  return redis.call('DEL', KEYS[1])\n"
+	ANNOUNCE_RELEASE
+	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+	"  return 0\n"
 	"end\n"
-	"return 0\n"
+	"redis.call('DEL', KEYS[1])\n"
+	"if KEYS[2] then\n"
+	"  announce(KEYS[2])\n"
+	"end\n"
+	"return 1\n"
 };
 
 /*
  * Undo an acquire that too few replicas acknowledged: delete the lock and
  * its fencing token only if the lock is ours, in one command, so that the
- * lock cannot stay behind a failure.  Returns 1 when deleted.
- * KEYS: lock, fencing token.  ARGV: owner token.
+ * lock cannot stay behind a failure; and wake its first waiter.  Returns 1
+ * when deleted.
+ * KEYS: lock, fencing token, waiters.  ARGV: owner token.
  */
 RedisScript abandon_script = {
 	"abandon",
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-	"  redis.call('DEL', KEYS[1], KEYS[2])\n"
-	"  return 1\n"
+	ANNOUNCE_RELEASE
+	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+	"  return 0\n"
 	"end\n"
-	"return 0\n"
+	"redis.call('DEL', KEYS[1], KEYS[2])\n"
+	"announce(KEYS[3])\n"
+	"return 1\n"
 };
 
 /*

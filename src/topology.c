@@ -125,13 +125,20 @@ redis_route_calls(RedisCall **calls, int ncalls)
 	}
 }
 
+/* The node that serves a key now, as last known */
+RedisNode *
+redis_key_node(RedisConn *conn, const char *key, int keylen)
+{
+	int			slot = -1;
+
+	return node_for_key(conn, key, keylen, &slot);
+}
+
 /* The endpoint that serves a key now, for messages */
 const char *
 redis_key_endpoint(RedisConn *conn, const char *key, int keylen)
 {
-	int			slot = -1;
-
-	return node_for_key(conn, key, keylen, &slot)->endpoint;
+	return redis_key_node(conn, key, keylen)->endpoint;
 }
 
 /* The masters of a server, each once, as last known: their number */

@@ -96,6 +96,7 @@ typedef struct RedisConn
 	bool		map_stale;		/* ask for the slot map or master first */
 	uint64		routed_round;	/* redis_route_calls() that last asked */
 	int			master_index;	/* Sentinel: the master in nodes, or -1 */
+	List	   *wake_nodes;		/* subscriptions of lock waits (wake.c) */
 	TimestampTz master_checked_at;	/* Sentinel: when it was last named */
 } RedisConn;
 
@@ -181,6 +182,8 @@ extern const RedisTopology *redis_topology_of_kind(RedisServerKind kind);
 extern void redis_conn_init_topology(RedisConn *conn,
 									 const RedisServerOptions *opts);
 extern void redis_route_calls(RedisCall **calls, int ncalls);
+extern RedisNode *redis_key_node(RedisConn *conn, const char *key,
+								 int keylen);
 extern const char *redis_key_endpoint(RedisConn *conn, const char *key,
 									  int keylen);
 extern void redis_conn_lost_node(RedisConn *conn);
@@ -192,6 +195,30 @@ extern int	redis_conn_drift_ms(const RedisConn *conn, int ttl_ms);
 extern RedisCall **redis_expand_calls(RedisCall *calls, int ncalls,
 									  int *npending);
 extern bool redis_decide_calls(RedisCall *calls, int ncalls, int elevel);
+
+/*
+ * Waiting for a lock's release (wake.c): what a wait hears of it, and
+ * what ended a wait
+ */
+#define WAKE_ANNOUNCED	0x01	/* our releases, on the waiter's channel */
+#define WAKE_KEYSPACE	0x02	/* other clients' releases and expiries */
+
+typedef enum WakeCause
+{
+	WAKE_TIMEOUT,				/* nothing heard within the time given */
+	WAKE_RELEASED,				/* a release or expiry was heard */
+	WAKE_LATCH					/* the latch was set: look again now */
+} WakeCause;
+
+extern bool wake_listening(RedisConn *conn, const char *key, int keylen,
+						   const char *channel, int channellen);
+extern int	wake_subscribe(RedisConn *conn, const char *key, int keylen,
+						   const char *channel, int channellen,
+						   RedisDeadline deadline);
+extern WakeCause wake_wait(RedisConn *conn, long timeout_ms,
+						   bool holder_announces);
+extern void wake_end(RedisConn *conn, bool granted);
+extern void wake_close(RedisConn *conn);
 
 /* The Redis Cluster hash slot of a key (cluster.c) */
 extern int	redis_key_slot(const char *key, int len);
