@@ -545,11 +545,13 @@ conn_owner_token(RedisConn *conn)
 	return conn->owner_token;
 }
 
-/* Add the key of the lock's waiters' queue to a script call */
+/*
+ * Add the key of the lock's waiters' queue to a script call, as an argument
+ * (see ANNOUNCE_RELEASE in scripts.c for why not as a key)
+ */
 static void
-add_waiters_key(RedisCall *call, const HeldLock *lock)
+add_waiters_arg(RedisCall *call, const HeldLock *lock)
 {
-	call->nkeys++;
 	redis_call_arg(call, lock->waiters_key, lock->waiters_keylen);
 }
 
@@ -598,8 +600,8 @@ prepare_release(RedisCall *call, HeldLock *lock)
 	lock_call_init(call, lock, &release_script);
 	call->nkeys = 1;
 	add_lock_key(call, lock);
-	add_waiters_key(call, lock);
 	add_token_arg(call);
+	add_waiters_arg(call, lock);
 	call->origin = lock;
 }
 
@@ -651,8 +653,8 @@ abandon_lock(HeldLock *lock, const RedisCall *wait)
 
 	lock_call_init(&call, lock, &abandon_script);
 	add_lock_keys(&call, lock);
-	add_waiters_key(&call, lock);
 	add_token_arg(&call);
+	add_waiters_arg(&call, lock);
 	redis_run(&call, 1);
 	script_result(&call, user_key(lock));
 	lock->in_redis = false;
@@ -718,9 +720,9 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
 
 	lock_call_init(call, lock, &acquire_script);
 	add_lock_keys(call, lock);
-	add_waiters_key(call, lock);
 	add_token_arg(call);
 	redis_call_int_arg(call, ttl_ms);
+	add_waiters_arg(call, lock);
 	if (queue)
 	{
 		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);

@@ -59,6 +59,12 @@
  * that denies a channel, say) never undoes the release before it, and the
  * waiters poll.  One waiter is woken per release, so that waiters do not
  * all race for a lock that only one can take.
+ *
+ * The queue, in the lock's slot, is named among the arguments and not the
+ * keys.  While a Cluster migrates the slot, a script whose keys are not all
+ * on the node is refused (TRYAGAIN), and a queue that is mostly absent
+ * would hold up nearly every release and acquire; undeclared, it is
+ * reached where it is, and where it is not the pcall fails softly.
  */
 #define ANNOUNCE_RELEASE \
 	"local function announce(waiters)\n" \
@@ -104,8 +110,8 @@
  * which bounds how long a waiter that polls sleeps (2^31 - 1 when the lock
  * has no lease), and whether the holder's value is not an owner token of
  * ours (foreign = 1), whose release nobody announces.
- * KEYS: lock, fencing token[, waiters].  ARGV: owner token, ttl in ms[,
- * wake channel, "front"].
+ * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms[, waiters[,
+ * wake channel[, "front"]]].
  */
 RedisScript acquire_script = {
 	"acquire",
@@ -115,12 +121,12 @@ RedisScript acquire_script = {
 	"  if pttl < 0 then\n"
 	"    pttl = 2147483647\n"
 	"  end\n"
-	"  if ARGV[3] and not redis.pcall('LPOS', KEYS[3], ARGV[3]) then\n"
-	"    redis.pcall(ARGV[4] == 'front' and 'LPUSH' or 'RPUSH', KEYS[3], ARGV[3])\n"
+	"  if ARGV[4] and not redis.pcall('LPOS', ARGV[3], ARGV[4]) then\n"
+	"    redis.pcall(ARGV[5] == 'front' and 'LPUSH' or 'RPUSH', ARGV[3], ARGV[4])\n"
 	"    local keep = math.min(pttl, 2147483647 - ARGV[2]) + ARGV[2]\n"
-	"    local left = redis.pcall('PTTL', KEYS[3])\n"
+	"    local left = redis.pcall('PTTL', ARGV[3])\n"
 	"    if type(left) == 'number' and left < keep then\n"
-	"      redis.pcall('PEXPIRE', KEYS[3], keep)\n"
+	"      redis.pcall('PEXPIRE', ARGV[3], keep)\n"
 	"    end\n"
 	"  end\n"
 	"  local foreign = string.sub(holder, 1, 3) == 'pg:' and 0 or 1\n"
@@ -139,8 +145,8 @@ RedisScript acquire_script = {
 	"  token = string.sub(stem, 1, -2) .. digit .. string.rep('0', #nines)\n"
 	"  token = string.match(token, '^0?(.*)$')\n"
 	"end\n"
-	"if ARGV[3] then\n"
-	"  redis.pcall('LREM', KEYS[3], 0, ARGV[3])\n"
+	"if ARGV[4] then\n"
+	"  redis.pcall('LREM', ARGV[3], 0, ARGV[4])\n"
 	"end\n"
 	"redis.call('SET', KEYS[2], token, 'PX', ARGV[2])\n"
 	"redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
@@ -150,7 +156,7 @@ RedisScript acquire_script = {
 /*
  * Delete the lock only if it is still ours, and wake its first waiter.
  * Returns 1 when deleted.
- * KEYS: lock[, waiters].  ARGV: owner token.
+ * KEYS: lock.  ARGV: owner token[, waiters].
  */
 RedisScript release_script = {
 	"release",
@@ -159,8 +165,8 @@ RedisScript release_script = {
 	"  return 0\n"
 	"end\n"
 	"redis.call('DEL', KEYS[1])\n"
-	"if KEYS[2] then\n"
-	"  announce(KEYS[2])\n"
+	"if ARGV[2] then\n"
+	"  announce(ARGV[2])\n"
 	"end\n"
 	"return 1\n"
 };
@@ -170,7 +176,7 @@ RedisScript release_script = {
  * its fencing token only if the lock is ours, in one command, so that the
  * lock cannot stay behind a failure; and wake its first waiter.  Returns 1
  * when deleted.
- * KEYS: lock, fencing token, waiters.  ARGV: owner token.
+ * KEYS: lock, fencing token.  ARGV: owner token, waiters.
  */
 RedisScript abandon_script = {
 	"abandon",
@@ -179,7 +185,7 @@ RedisScript abandon_script = {
 	"  return 0\n"
 	"end\n"
 	"redis.call('DEL', KEYS[1], KEYS[2])\n"
-	"announce(KEYS[3])\n"
+	"announce(ARGV[2])\n"
 	"return 1\n"
 };
 

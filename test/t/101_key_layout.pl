@@ -138,7 +138,7 @@ ok(defined wait_until(10, sub { !defined $redis->sibling('', 'ops', 'item') }),
 is($out, 't', 'the item is deleted');
 is($redis->command('DBSIZE'), $baseline, 'nothing of it is left');
 
-my $ttl_ms = 3000;
+my $ttl_ms = 10000;
 my $t0 = [gettimeofday];
 ($out, $err) = session_query($s,
 	"SELECT count(*) FILTER (WHERE redis_lock_acquire_session('d:' || g, $ttl_ms))"

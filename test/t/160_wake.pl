@@ -178,16 +178,16 @@ while (my $line = <$monitor>)
 {
 	my ($t) = $line =~ /^\+(\d+\.\d+)/;
 	next unless $line =~ /"EVALSHA"/;
-	if (!defined $t_queued && $line =~ /"3" "race" .*"\{\d+\}:wake:/)
+	if (!defined $t_queued && $line =~ /"2" "race" .*"\{\d+\}:wake:/)
 	{
 		$t_queued = $t;
 		start_query($holder, "SELECT redis_lock_release('race')");
 	}
-	elsif (defined $t_queued && !defined $t_released && $line =~ /"2" "race"/)
+	elsif (defined $t_queued && !defined $t_released && $line =~ /"1" "race"/)
 	{
 		$t_released = $t;
 	}
-	elsif (defined $t_released && $line =~ /"3" "race"/)
+	elsif (defined $t_released && $line =~ /"2" "race"/)
 	{
 		$t_granted = $t;
 		last;
