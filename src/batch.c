@@ -1074,8 +1074,8 @@ send_again(const NodeRun *run, RedisCall *call, bool *tryagain)
 	if (redis_reply_is_error(call, "READONLY") &&
 		redis_conn_learns_nodes(call->conn) && !call->node_given)
 	{
-		call->node = NULL;		/* ask again where the master is */
-		redis_count(call->conn, REDIS_STAT_FAILOVERS, 1);
+		call->node = NULL;		/* ask again where the master is; the
+								 * topology counts the failover it finds */
 		return true;
 	}
 	if (redis_reply_is_error(call, "TRYAGAIN"))

@@ -191,16 +191,55 @@ parse_slot_ranges(RedisCall *call, const redisReply *reply)
 	call->origin = ranges;
 }
 
+/*
+ * Count the failovers that a new slot map shows: the nodes that now own
+ * slots that another node owned before, and were no master then, which is
+ * what a promotion does (a migrated slot goes from master to master, and a
+ * redirect to a master it went to has made that one a master already).  A
+ * replica may be promoted before a map showed it as one: it need not have
+ * been known as a replica.
+ */
+static void
+count_promotions(RedisConn *conn, const int16 *owner_before,
+				 const bool *was_master, int nnodes_before)
+{
+	bool	   *promoted = palloc0(sizeof(bool) * conn->nnodes);
+	int			npromoted = 0;
+	int			slot;
+
+	for (slot = 0; slot < REDIS_CLUSTER_SLOTS; slot++)
+	{
+		int			owner = conn->slot_owner[slot];
+
+		if (owner < 0 || owner_before[slot] < 0 ||
+			owner_before[slot] == owner || promoted[owner] ||
+			(owner < nnodes_before && was_master[owner]))
+			continue;
+		promoted[owner] = true;
+		npromoted++;
+	}
+	if (npromoted > 0)
+		redis_count(conn, REDIS_STAT_FAILOVERS, npromoted);
+	pfree(promoted);
+}
+
 /* Make the slot ranges of a CLUSTER SLOTS reply conn's map */
 static void
 apply_slot_ranges(RedisConn *conn, List *ranges)
 {
+	int16	   *owner_before = palloc(sizeof(int16) * REDIS_CLUSTER_SLOTS);
+	int			nnodes_before = conn->nnodes;
+	bool	   *was_master = palloc(sizeof(bool) * Max(nnodes_before, 1));
 	ListCell   *lc;
 	int			i;
 
+	memcpy(owner_before, conn->slot_owner, sizeof(int16) * REDIS_CLUSTER_SLOTS);
 	memset(conn->slot_owner, -1, sizeof(int16) * REDIS_CLUSTER_SLOTS);
 	for (i = 0; i < conn->nnodes; i++)
+	{
+		was_master[i] = strcmp(conn->nodes[i]->role, "master") == 0;
 		conn->nodes[i]->role = "unknown";
+	}
 	foreach(lc, ranges)
 	{
 		SlotRange  *range = lfirst(lc);
@@ -225,6 +264,9 @@ apply_slot_ranges(RedisConn *conn, List *ranges)
 			conn->slot_owner[slot] = master;
 	}
 	conn->map_stale = false;
+	count_promotions(conn, owner_before, was_master, nnodes_before);
+	pfree(owner_before);
+	pfree(was_master);
 }
 
 /* What a cluster asks its nodes for the slot map, and of whom */

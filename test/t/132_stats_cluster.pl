@@ -1,5 +1,6 @@
 # redis_stats() on a Redis Cluster, with redislock preloaded: a slot moved
-# to another master is a redirect (MOVED followed), and no failover.
+# to another master is a redirect (MOVED followed), and no failover; a
+# master killed and replaced by its replica is one failover.
 use strict;
 use warnings;
 
@@ -8,9 +9,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use RedisCluster;
 use RedisClusterTest qw(new_cluster_node session works user_key_on);
-use RedisLockTest qw(session_query key_slot);
+use RedisLockTest qw(session_query key_slot wait_until);
 
-my $cluster = RedisCluster->start_cluster(masters => 3, replicas => 0);
+my $cluster = RedisCluster->start_cluster(masters => 3, replicas => 1);
 my $node = new_cluster_node('stats_cluster', $cluster,
 	conf => "shared_preload_libraries = 'redislock'");
 my $s = session($node);
@@ -39,6 +40,18 @@ works($s, "SELECT redis_lock_extend('$moved', 60000)", 't',
 	'a lock whose slot moved is extended where it went');
 is(counters(qw(redirects failovers)), 'redirects=1 failovers=0',
 	'one redirect');
+
+# a master killed: its replica is promoted, and the next call on one of its
+# keys finds the new master
+my $dead = user_key_on($cluster, $m2, '', 'dead');
+works($s, "SELECT redis_lock_acquire_session('$dead', 60000), redis_lock_release('$dead')",
+	"t|t", 'a lock on the second master is taken and released');
+$cluster->kill_master($m2);
+$cluster->wait_for_failover($m2);
+ok(defined wait_until(20, sub {
+	(session_query($s, "SELECT redis_lock_acquire_session('$dead', 60000)"))[0] eq 't' }),
+	'once its replica is promoted, a lock on its keys is taken again');
+is(counters(qw(failovers)), 'failovers=1', 'one failover');
 
 $s->quit;
 $node->stop;
