@@ -26,7 +26,7 @@
  * their server's connection entry.
  *
  * The connection is made and authenticated by batch.c and read here
- * through node.c's non-blocking I/O, so cancel, statement_timeout and
+ * through node.c, without blocking, so cancel, statement_timeout and
  * termination end a wait as they end any other, and so does the latch
  * being set for any other reason: the waiter then looks at the lock again.
  *
