@@ -881,13 +881,60 @@ report_recovery(const char *srvname, const RecoverySummary *sum)
 }
 
 /*
+ * What a worker has to do: renew leases while locks here want it, and
+ * recover stock when asked, again after a pause when that failed
+ */
+typedef struct WorkerPlan
+{
+	bool		renewing;		/* renewal taken, and not given up */
+	TimestampTz renew_at;		/* the next look at the leases */
+	TimestampTz idle_since;		/* no lease to renew since, 0 while some */
+	TimestampTz recover_at;		/* the next recovery, DT_NOEND for none */
+	int			recover_failures;	/* since the last that succeeded */
+} WorkerPlan;
+
+static void renew_as_planned(WorkerPlan *plan);
+
+/*
+ * The least that a step of stock recovery may wait on Redis while leases
+ * are renewed, in ms
+ */
+#define RECOVER_MIN_WAIT_MS	50
+
+/*
+ * Cap the current transaction's Redis timeouts at the time left until
+ * renew_at, the next look at the leases: recovering on a server that
+ * cannot be reached then waits no longer than a renewal may, so that the
+ * renewals on other servers are not delayed by it.
+ */
+static void
+cap_redis_waits(TimestampTz renew_at)
+{
+	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													 renew_at);
+	char		value[32];
+
+	ms = Max(ms, RECOVER_MIN_WAIT_MS);
+	snprintf(value, sizeof(value), "%ld", ms);
+	if (ms < redislock_connect_timeout)
+		(void) set_config_option("redislock.connect_timeout", value,
+								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+								 true, 0, false);
+	if (ms < redislock_command_timeout)
+		(void) set_config_option("redislock.command_timeout", value,
+								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
+								 true, 0, false);
+}
+
+/*
  * Recover the stock of one server, in a transaction of its own, so that
  * an error (Redis unreachable, the server dropped meanwhile) ends only
- * that transaction and is logged; the other servers go on.  True when
- * every record that could be settled was.
+ * that transaction and is logged; the other servers go on.  Its waits on
+ * Redis end by renew_at, unless that is DT_NOEND.  True when every record
+ * that could be settled was.
  */
 static bool
-recover_server(const char *nspname, const char *srvname)
+recover_server(const char *nspname, const char *srvname, TimestampTz renew_at)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool done = false;
@@ -900,6 +947,8 @@ recover_server(const char *nspname, const char *srvname)
 		RecoverySummary sum = {0};
 
 		StartTransactionCommand();
+		if (renew_at != DT_NOEND)
+			cap_redis_waits(renew_at);
 		if (server_holds_stock(srvname))
 			recover_on(nspname, srvname, &sum, cxt);
 		else
@@ -933,11 +982,12 @@ recover_server(const char *nspname, const char *srvname)
 }
 
 /*
- * Recover the stock of every server of this database.  True when each one
+ * Recover the stock of every server of this database, renewing the leases
+ * that fall due between servers when the plan renews.  True when each one
  * succeeded, or when the extension is not installed here.
  */
 static bool
-recover_database(void)
+recover_database(WorkerPlan *plan)
 {
 	char	   *nspname;
 	List	   *servers;
@@ -954,7 +1004,10 @@ recover_database(void)
 	foreach(lc, servers)
 	{
 		CHECK_FOR_INTERRUPTS();
-		if (!recover_server(nspname, lfirst(lc)))
+		if (plan->renewing)
+			renew_as_planned(plan);
+		if (!recover_server(nspname, lfirst(lc),
+							plan->renewing ? plan->renew_at : DT_NOEND))
 			done = false;
 	}
 	return done;
@@ -975,19 +1028,6 @@ init_session(void)
 	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_SESSION);
 	CommitTransactionCommand();
 }
-
-/*
- * What a worker has to do: renew leases while locks here want it, and
- * recover stock when asked, again after a pause when that failed
- */
-typedef struct WorkerPlan
-{
-	bool		renewing;		/* renewal taken, and not given up */
-	TimestampTz renew_at;		/* the next look at the leases */
-	TimestampTz idle_since;		/* no lease to renew since, 0 while some */
-	TimestampTz recover_at;		/* the next recovery, DT_NOEND for none */
-	int			recover_failures;	/* since the last that succeeded */
-} WorkerPlan;
 
 /* Add to the plan the work asked for since the worker last looked */
 static void
@@ -1013,7 +1053,7 @@ plan_taken_work(WorkerPlan *plan)
 static bool
 recover_as_planned(WorkerPlan *plan)
 {
-	if (recover_database())
+	if (recover_database(plan))
 	{
 		work_done(REDISLOCK_WORK_RECOVER);
 		plan->recover_at = DT_NOEND;
