@@ -71,7 +71,8 @@ typedef struct HeldLock
 	int			fence_keylen;
 	char	   *waiters_key;	/* the sibling key of the waiters' queue */
 	int			waiters_keylen;
-	char	   *wake_channel;	/* where a release wakes this backend */
+	char	   *wake_channel;	/* where a release wakes this backend, made
+								 * at the first wait for it, else NULL */
 	int			wake_channellen;
 	int			session_holds;
 	int			xact_holds;		/* sum of the counts in levels */
@@ -229,10 +230,9 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	lock->waiters_key = redis_sibling_key(rkey, rkeylen, lock->prefixlen,
 										  lock->slot, REDIS_SIBLING_WAITERS,
 										  &lock->waiters_keylen);
-	lock->wake_channel = redis_wake_channel(rkey, rkeylen, lock->prefixlen,
-											lock->slot, conn->owner_token,
-											&lock->wake_channellen);
 	MemoryContextSwitchTo(oldcxt);
+	lock->wake_channel = NULL;
+	lock->wake_channellen = 0;
 	lock->session_holds = 0;
 	lock->xact_holds = 0;
 	lock->levels = NULL;		/* allocated with the first transaction hold */
@@ -263,7 +263,8 @@ remove_lock(HeldLock *lock)
 	locktable_release(lock->shared);
 	pfree(lock->fence_key);
 	pfree(lock->waiters_key);
-	pfree(lock->wake_channel);
+	if (lock->wake_channel != NULL)
+		pfree(lock->wake_channel);
 	if (lock->levels != NULL)
 		pfree(lock->levels);
 	hash_search(held_locks, &lock->tag, HASH_REMOVE, NULL);
@@ -543,6 +544,26 @@ conn_owner_token(RedisConn *conn)
 		MemoryContextSwitchTo(oldcxt);
 	}
 	return conn->owner_token;
+}
+
+/*
+ * Make the channel on which a release wakes this backend while it waits for
+ * lock, at the first wait: most locks are never waited for, and taking
+ * them builds no more than their calls need.
+ */
+static void
+make_wake_channel(HeldLock *lock)
+{
+	MemoryContext oldcxt;
+
+	if (lock->wake_channel != NULL)
+		return;
+	oldcxt = MemoryContextSwitchTo(locks_cxt);
+	lock->wake_channel = redis_wake_channel(lock->tag.key, lock->tag.keylen,
+											lock->prefixlen, lock->slot,
+											conn_owner_token(lock->conn),
+											&lock->wake_channellen);
+	MemoryContextSwitchTo(oldcxt);
 }
 
 /*
@@ -967,6 +988,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	if (wait_ms == 0)
 		return try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
 						   false, false, &refusal);
+	make_wake_channel(lock);
 	if (wake_listening(lock->conn, lock->tag.key, lock->tag.keylen,
 					   lock->wake_channel, lock->wake_channellen))
 		hears = WAKE_ANNOUNCED;

@@ -161,7 +161,8 @@ wake_listening(RedisConn *conn, const char *key, int keylen,
 {
 	ListCell   *lc;
 
-	if (mark_wait_nodes(conn, key, keylen) == 0)
+	/* no subscription yet: nothing to look at, and no node to make */
+	if (conn->wake_nodes == NIL || mark_wait_nodes(conn, key, keylen) == 0)
 		return false;
 	foreach(lc, conn->wake_nodes)
 	{
