@@ -74,6 +74,8 @@ typedef struct HeldLock
 	char	   *wake_channel;	/* where a release wakes this backend, made
 								 * at the first wait for it, else NULL */
 	int			wake_channellen;
+	bool		queued;			/* in the waiters' queue in Redis, as far as
+								 * this backend knows */
 	int			session_holds;
 	int			xact_holds;		/* sum of the counts in levels */
 	LevelHolds *levels;			/* ascending nesting levels */
@@ -233,6 +235,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	MemoryContextSwitchTo(oldcxt);
 	lock->wake_channel = NULL;
 	lock->wake_channellen = 0;
+	lock->queued = false;
 	lock->session_holds = 0;
 	lock->xact_holds = 0;
 	lock->levels = NULL;		/* allocated with the first transaction hold */
@@ -615,14 +618,20 @@ prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 	call->origin = lock;
 }
 
+/*
+ * Make call the release of lock.  A wait that gives up leaves the waiters'
+ * queue in the same step (leave_queue; release_script says why).
+ */
 static void
-prepare_release(RedisCall *call, HeldLock *lock)
+prepare_release(RedisCall *call, HeldLock *lock, bool leave_queue)
 {
 	lock_call_init(call, lock, &release_script);
 	call->nkeys = 1;
 	add_lock_key(call, lock);
 	add_token_arg(call);
 	add_waiters_arg(call, lock);
+	if (leave_queue)
+		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
 	call->origin = lock;
 }
 
@@ -686,15 +695,18 @@ abandon_lock(HeldLock *lock, const RedisCall *wait)
  * Release, without waiting for the answer, a lock that an acquire may have
  * left in Redis though it is not taken: granted too late for its lease, or
  * granted by too few of a quorum's masters.  The release goes to every
- * master, answered or not, and runs after the acquire on each.
+ * master, answered or not, and runs after the acquire on each.  A wait
+ * that gives up leaves the waiters' queue with it (leave_queue).
  */
 static void
-release_not_taken(HeldLock *lock)
+release_not_taken(HeldLock *lock, bool leave_queue)
 {
 	RedisCall	call;
 
-	prepare_release(&call, lock);
+	prepare_release(&call, lock, leave_queue);
 	redis_send_deferred(&call, 1);
+	if (leave_queue)
+		lock->queued = false;
 }
 
 /*
@@ -754,6 +766,8 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
 		redis_call_wait_replicas(&calls[ncalls++], call);
 
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
+	if (queue)
+		lock->queued = true;
 	redis_run_until(calls, ncalls, deadline, ERROR);
 	if (call->reply_type == REDIS_REPLY_STRING &&
 		redis_conn_decides_by_quorum(lock->conn) &&
@@ -763,7 +777,7 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
 		 * A quorum granted it too late for its lease: as Redlock has it, that
 		 * is no grant (elsewhere the check before commit judges the lease)
 		 */
-		release_not_taken(lock);
+		release_not_taken(lock, false);
 		lock->in_redis = false;
 		read_refusal(0, refusal);
 		return false;
@@ -772,11 +786,12 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
 	{
 		/* known outcome: not taken (the script writes the lock last) */
 		if (redis_conn_decides_by_quorum(lock->conn))
-			release_not_taken(lock);
+			release_not_taken(lock, false);
 		lock->in_redis = false;
 		read_refusal(script_result(call, user_key(lock)), refusal);
 		return false;
 	}
+	lock->queued = false;
 	if (ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
 		abandon_lock(lock, &calls[1]);
 	lock->fence = pg_strtoint64(call->str);
@@ -971,7 +986,10 @@ wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
 /*
  * Take the lock in Redis, waiting as wait_ms says.  An error while waiting
  * (cancel, a timeout) closes the subscriptions: this backend is in the
- * waiters' queue, and a release must not announce itself to it.
+ * waiters' queue, and a release must not announce itself to it.  A wait
+ * that gives up leaves the queue, at once or, after an error, when the
+ * (sub)transaction ends: a release may have announced itself to it just
+ * before, and the next waiter is then woken instead.
  */
 static bool
 acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
@@ -1005,6 +1023,8 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	if (!taken && lock->queued)
+		release_not_taken(lock, true);
 	if (taken && waited)
 		count_wait(lock, TimestampDifferenceMilliseconds(start,
 														 GetCurrentTimestamp()),
@@ -1222,7 +1242,7 @@ redis_lock_release(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(true);
 	}
 
-	prepare_release(&call, lock);
+	prepare_release(&call, lock, false);
 	redis_run(&call, 1);
 	released = (script_result(&call, user_key(lock)) == 1);
 	if (!released)
@@ -1282,7 +1302,7 @@ redis_lock_release_all(PG_FUNCTION_ARGS)
 	hash_seq_init(&status, held_locks);
 	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
 		if (total_holds(lock) > 0 || lock->in_redis)
-			prepare_release(&calls[ncalls++], lock);
+			prepare_release(&calls[ncalls++], lock, false);
 	for (i = 0; i < ncalls; i++)
 		redis_conn_check_usage(calls[i].conn);
 
@@ -1595,11 +1615,11 @@ queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
 {
 	if (total_holds(lock) > 0)
 		return;
-	if (lock->in_redis)
+	if (lock->in_redis || lock->queued)
 	{
 		RedisCall  *call = redis_batch_add(batch);
 
-		prepare_release(call, lock);
+		prepare_release(call, lock, lock->queued);
 		call->on_reply = release_done;
 	}
 	else

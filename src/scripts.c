@@ -156,12 +156,23 @@ RedisScript acquire_script = {
 /*
  * Delete the lock only if it is still ours, and wake its first waiter.
  * Returns 1 when deleted.
- * KEYS: lock.  ARGV: owner token[, waiters].
+ *
+ * A waiter that gives up names its wake channel, and leaves the queue.  A
+ * release may have popped it already and announced itself to it, and then
+ * the waiter took nothing: when the lock is still free, the next waiter is
+ * woken in its stead, so that nobody sleeps behind a waiter that left.
+ * KEYS: lock.  ARGV: owner token[, waiters[, wake channel of a waiter that
+ * gives up]].
  */
 RedisScript release_script = {
 	"release",
 	ANNOUNCE_RELEASE
-	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+	"local popped = ARGV[3] and redis.pcall('LREM', ARGV[2], 0, ARGV[3]) == 0\n"
+	"local holder = redis.call('GET', KEYS[1])\n"
+	"if holder ~= ARGV[1] then\n"
+	"  if popped and not holder then\n"
+	"    announce(ARGV[2])\n"
+	"  end\n"
 	"  return 0\n"
 	"end\n"
 	"redis.call('DEL', KEYS[1])\n"

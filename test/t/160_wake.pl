@@ -6,7 +6,8 @@
 # server publishes them, and within the poll bound when it does not.
 # Cancel, lock_timeout, statement_timeout and terminate end a subscribed
 # wait as they end any other, close its subscription, and the waiter behind
-# a cancelled one is woken all the same.
+# a cancelled one is woken all the same, and so is the waiter behind one
+# that gives up just as a release announces itself to it.
 use strict;
 use warnings;
 
@@ -205,10 +206,48 @@ is($out, 't', 'the waiter got the lock');
 cmp_ok($t_granted - $t_released, '<', 0.8, 'it tried again as soon as the announcement reached it');
 finish_query($holder, 5);
 session_query($slow, "SELECT redis_lock_release('race')");
+
+# --- a waiter that gives up passes on a release announced to it
+# The holder releases and, in the same statement, cancels the slow waiter,
+# first in the queue: the release announces itself to it, and its message
+# comes 0.5 s late, after the cancel.  Leaving the queue as its transaction
+# ends, the slow waiter wakes the waiter behind it, which would otherwise
+# sleep until its next poll, up to a second later.
+session_query($holder, "SELECT redis_lock_acquire_session('gone')");
+start_query($slow, "SELECT redis_lock_acquire_session('gone', 30000, 20000)");
+ok(defined wait_until(5, sub { queued('gone') == 1 }), 'the slow waiter is queued');
+start_query($waiters[1],
+	"SELECT redis_lock_acquire_session('gone', 30000, 20000) AND true, "
+	  . "extract(epoch FROM clock_timestamp())");
+ok(defined wait_until(5, sub { queued('gone') == 2 }), 'a second waiter is queued behind it');
+$redis->cli('CONFIG', 'RESETSTAT');
+my $slow_pid = pid_of($slow);
+($out) = session_query($holder,
+	"SELECT redis_lock_release('gone') AND pg_cancel_backend($slow_pid), "
+	  . "extract(epoch FROM clock_timestamp())");
+my ($cancelled, $t_cancel) = split /\|/, $out;
+is($cancelled, 't', 'the holder released the lock and cancelled the slow waiter');
+ok(defined wait_for_stderr($slow, qr/57014: canceling statement due to user request/, 5),
+	'the slow waiter is cancelled');
+finish_query($slow, 5);
+($out) = finish_query($waiters[1], 5);
+my ($granted, $t_grant) = split /\|/, $out;
+is($granted, 't', 'the waiter behind it got the lock');
+is(calls_of('spublish'), 2,
+	'the release announced itself to the slow waiter, and its leaving to the next');
+cmp_ok($t_grant - $t_cancel, '<', 0.3, 'which took the lock as the slow waiter left');
+is(queued('gone'), 0, 'nobody is left queued');
+
+# a waiter whose wait_ms runs out leaves the queue at once
+start_query($slow, "SELECT redis_lock_acquire_session('gone', 30000, 1500)");
+ok(defined wait_until(5, sub { queued('gone') == 1 }), 'the slow waiter is queued');
+($out) = finish_query($slow, 5);
+is($out, 'f', 'until its wait_ms runs out');
+is(queued('gone'), 0, 'and then leaves the queue');
+session_query($waiters[1], "SELECT redis_lock_release('gone')");
 $slow->quit;
 
 # --- interrupts while subscribed: the same errors, the subscription closed
-my ($granted, $t_grant);
 session_query($holder, "SELECT redis_lock_acquire_session('busy')");
 my $w = $waiters[0];
 my $subscribed = subscribers();
@@ -297,6 +336,70 @@ waits($node, $plain_waiter);
 session_query($plain_holder, "SELECT redis_lock_release('acl')");
 ($out, $err) = finish_query($plain_waiter, 10);
 is("$out$err", 't', 'without an error or a warning');
+
+# --- a subscription connection that Redis refuses: the waiter polls
+# Redis is made to take no more clients than those connected, so that the
+# waiter's main connection works and its subscription connection is refused.
+my $full_holder = new_session($node);
+my $full_waiter = new_session($node);
+session_query($full_holder, "SELECT redis_lock_acquire_session('full')");
+session_query($full_waiter, "SELECT redis_lock_acquire('warm-up')");
+my $admin = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $redis->port)
+  or die "cannot connect to Redis: $!";
+my ($clients) = $redis->cli('INFO', 'clients') =~ /connected_clients:(\d+)/;
+
+# Run a command on the admin connection; its one-line reply
+sub admin
+{
+	my @args = @_;
+	print $admin join('', '*', scalar @args, "\r\n",
+		map { '$' . length($_) . "\r\n$_\r\n" } @args);
+	my $reply = <$admin>;
+	$reply =~ s/\r\n\z//;
+	return $reply;
+}
+# the redis-cli that counted them has left
+is(admin('CONFIG', 'SET', 'maxclients', $clients - 1), '+OK', 'Redis takes no more clients');
+start_query($full_waiter,
+	"SELECT redis_lock_acquire('full', 30000, 10000) AND true, extract(epoch FROM clock_timestamp())");
+waits($node, $full_waiter);
+usleep(300_000);
+my ($t_release) = session_query($full_holder,
+	"SELECT extract(epoch FROM clock_timestamp()) FROM redis_lock_release('full')");
+($out, $err) = finish_query($full_waiter, 10);
+($granted, $t_grant) = split /\|/, $out;
+is($granted, 't', 'a waiter whose subscription connection is refused gets the lock');
+cmp_ok($t_grant - $t_release, '<', 0.2, 'within the poll bound');
+is($err, '', 'without an error or a warning');
+is(admin('CONFIG', 'SET', 'maxclients', '10000'), '+OK', 'Redis takes clients again');
+close $admin;
+cmp_ok($redis->cli('INFO', 'stats') =~ /rejected_connections:(\d+)/ && $1, '>=', 1,
+	'Redis refused a connection meanwhile');
+
+# --- a Redis without sharded pub/sub, as before Redis 7: the release
+# announces with PUBLISH, to a waiter that subscribed with SUBSCRIBE
+my $unsharded = RedisLockTest->start_redis(
+	config => qq{rename-command SPUBLISH ""\nrename-command SSUBSCRIBE ""\n});
+$node->safe_psql(
+	'postgres', qq{
+	CREATE SERVER unsharded FOREIGN DATA WRAPPER redislock
+		OPTIONS (host '127.0.0.1', port '${\$unsharded->port}');
+	GRANT USAGE ON FOREIGN SERVER unsharded TO PUBLIC;
+});
+like($unsharded->cli('SPUBLISH', 'c', 'm'), qr/unknown command/, 'the Redis has no SPUBLISH');
+my $old_holder = new_session($node, 'unsharded');
+my $old_waiter = new_session($node, 'unsharded');
+@ms = ();
+for (1 .. 5)
+{
+	my ($granted, $ms) = hand_off($node, $old_holder, $old_waiter, 'old');
+	is($granted, 't', "hand-off $_ without sharded pub/sub: the waiter got the lock");
+	push @ms, $ms;
+}
+note 'hand-off ms without sharded pub/sub: ' . join(' ', map { sprintf '%.1f', $_ } @ms);
+cmp_ok(median(@ms), '<', 10,
+	'a release wakes the waiter within 10 ms (median of 5), not at its 50 ms poll');
+like($unsharded->cli('CLIENT', 'LIST'), qr/\bsub=1\b/, 'through a SUBSCRIBE');
 
 $node->stop;
 done_testing();
