@@ -8,10 +8,10 @@
  * a round trip: the commands are written, and their replies are read and
  * dropped at the connection's next use.  Lock releases are written at
  * once, since waiters need them; the clears of records are held back and
- * go out with the next command to their node (node_hold()).  A cluster may answer such a
- * command MOVED or ASK, so it is kept until its reply comes, and sent on
- * where the reply says.  Clean-up for a node that is not connected is kept
- * and sent first thing once it is.
+ * go out with the next command to their node (node_hold()).  A cluster
+ * may answer such a command MOVED or ASK, so it is kept until its reply
+ * comes, and sent on where the reply says.  Clean-up for a node that is
+ * not connected is kept and sent first thing once it is.
  *
  *-------------------------------------------------------------------------
  */
