@@ -452,7 +452,10 @@ stock_clear_record_call(RedisCall *call, RedisConn *conn,
 	redis_call_arg(call, op_id, strlen(op_id));
 }
 
-/* The stock left after a decrement, which Redis sends as a string */
+/*
+ * The stock left after a decrement, which Redis sends as an integer, or as
+ * a string from 2^53 on
+ */
 static int64
 remaining_stock(const RedisCall *call, const char *key)
 {
