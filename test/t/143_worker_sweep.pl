@@ -1,7 +1,8 @@
 # With redislock preloaded, the background worker also recovers stock every
 # redislock.recover_interval, not only at start: the rows of committed
-# decrements, whose records were cleared after commit, are deleted with nobody
-# calling redis_stock_recover(), and with the interval at 0 they stay.
+# decrements, whose records were cleared after commit, are deleted with
+# nobody calling redis_stock_recover(), and with the interval at 0 they
+# stay.
 use strict;
 use warnings;
 
