@@ -6,10 +6,12 @@
  *
  * After commit, locks are released and decrement records cleared without
  * a round trip: the commands are written, and their replies are read and
- * dropped at the connection's next use.  A cluster may answer such a
- * command MOVED or ASK, so it is kept until its reply comes, and sent on
- * where the reply says.  Clean-up for a node that is not connected is kept
- * and sent first thing once it is.
+ * dropped at the connection's next use.  Lock releases are written at
+ * once, since waiters need them; the clears of records are held back and
+ * go out with the next command to their node (node_hold()).  A cluster
+ * may answer such a command MOVED or ASK, so it is kept until its reply
+ * comes, and sent on where the reply says.  Clean-up for a node that is
+ * not connected is kept and sent first thing once it is.
  *
  *-------------------------------------------------------------------------
  */
@@ -70,16 +72,32 @@ lappend_kept(List *list, RedirectableCall *kept)
 }
 
 /*
- * Send a call whose reply nobody waits for.  Clean-up for a node that is
- * not connected is kept and sent first thing once it is (Redis runs it
- * before anything that this backend sends after it), so that a release
- * "on every master, answered or not" also reaches a master whose
- * connection closed.  Clean-up for a node that failed during this end is
- * dropped: what it would clean up is found again later, or ends with its
- * lease.
+ * Append a command whose reply nobody waits for to the node's output, and
+ * hold it back there if asked to (node_hold())
  */
-void
-redis_send_cleanup(RedisCall *call, uint64 end_id)
+static void
+append_unwaited(RedisNode *node, const RedisCall *call, bool hold)
+{
+	resp_append_call(&node->out, call);
+	node->awaiting++;
+	node->sent++;
+	redis_count(node->conn, REDIS_STAT_CALLS, 1);
+	if (hold)
+		node_hold(node);
+}
+
+/*
+ * Send a call whose reply nobody waits for, or, with hold, append it to
+ * its node's output to go out with the next write there.  Clean-up for a
+ * node that is not connected is kept and sent first thing once it is
+ * (Redis runs it before anything that this backend sends after it), so
+ * that a release "on every master, answered or not" also reaches a master
+ * whose connection closed.  Clean-up for a node that failed during this
+ * end is dropped: what it would clean up is found again later, or ends
+ * with its lease.
+ */
+static void
+send_cleanup(RedisCall *call, uint64 end_id, bool hold)
 {
 	RedisNode  *node = call->node;
 
@@ -98,15 +116,9 @@ redis_send_cleanup(RedisCall *call, uint64 end_id)
 
 		redis_call_init(&asking, call->conn, NULL);
 		redis_call_arg(&asking, "ASKING", 6);
-		resp_append_call(&node->out, &asking);
-		node->awaiting++;
-		node->sent++;
-		redis_count(node->conn, REDIS_STAT_CALLS, 1);
+		append_unwaited(node, &asking, hold);
 	}
-	resp_append_call(&node->out, call);
-	node->awaiting++;
-	node->sent++;
-	redis_count(node->conn, REDIS_STAT_CALLS, 1);
+	append_unwaited(node, call, hold);
 	if (call->conn->topology->follow_redirect != NULL)
 	{
 		RedirectableCall *kept = copy_cleanup(call);
@@ -116,7 +128,15 @@ redis_send_cleanup(RedisCall *call, uint64 end_id)
 	}
 
 	/* a broken connection is found, and closed, by the node's next run */
-	(void) node_flush(node);
+	if (!hold)
+		(void) node_flush(node);
+}
+
+/* Send a call whose reply nobody waits for (see send_cleanup()) */
+void
+redis_send_cleanup(RedisCall *call, uint64 end_id)
+{
+	send_cleanup(call, end_id, false);
 }
 
 /* Send the clean-up kept for node while it was not connected */
@@ -172,14 +192,13 @@ redis_drop_reply(RedisNode *node, redisReply *reply)
 }
 
 /*
- * Send calls whose replies nobody waits for (clean-up after commit): they
- * cost no round trip now, and their replies are dropped when the node is
- * next used.  Calls go where the server's last known map or master says,
- * without asking; those a cluster redirects are sent again when the
+ * Send calls whose replies nobody waits for, or hold them back (see
+ * send_cleanup()).  Calls go where the server's last known map or master
+ * says, without asking; those a cluster redirects are sent again when the
  * redirection is read.
  */
-void
-redis_send_deferred(RedisCall *calls, int ncalls)
+static void
+send_deferred(RedisCall *calls, int ncalls, bool hold)
 {
 	int			npending;
 	RedisCall **pending = redis_expand_calls(calls, ncalls, &npending);
@@ -187,8 +206,31 @@ redis_send_deferred(RedisCall *calls, int ncalls)
 
 	redis_route_calls(pending, npending);
 	for (i = 0; i < npending; i++)
-		redis_send_cleanup(pending[i], 0);
+		send_cleanup(pending[i], 0, hold);
 	for (i = 0; i < ncalls; i++)
 		calls[i].quorum = NULL;
 	pfree(pending);
+}
+
+/*
+ * Send calls whose replies nobody waits for (clean-up after commit): they
+ * cost no round trip now, and their replies are dropped when the node is
+ * next used.
+ */
+void
+redis_send_deferred(RedisCall *calls, int ncalls)
+{
+	send_deferred(calls, ncalls, false);
+}
+
+/*
+ * Hold back calls whose replies nobody waits for, and whose delay costs
+ * nothing (node_hold() says which): they go out with the next command to
+ * their node, in the same write, and cost neither a system call nor a
+ * read of Redis's of their own.
+ */
+void
+redis_hold_deferred(RedisCall *calls, int ncalls)
+{
+	send_deferred(calls, ncalls, true);
 }

@@ -22,6 +22,11 @@
  * slice ends.  Waits over several nodes, waits to write, and the last
  * slice before a deadline use the latch machinery.
  *
+ * Clean-up that nobody waits for may be held back in a node's output (see
+ * node_hold()): it then costs no system call of its own, and goes out with
+ * the next write to the node, or when the node is closed or the backend
+ * exits.
+ *
  * Looking up a host name is the one step whose wait the extension does not
  * bound: getaddrinfo() waits for the resolver as long as the resolver's own
  * timeouts say.  Only SQL calls look names up, and the addresses found are
@@ -61,6 +66,9 @@
 #define RECEIVE_SLICE_MS	10
 
 static bool receive_from(RedisNode *node, int flags, bool *closed, bool *got);
+
+/* The nodes whose output holds commands back (node_hold()) */
+static dlist_head holding_nodes = DLIST_STATIC_INIT(holding_nodes);
 
 /* Nodes a shared wait set is kept for (a Redlock server's masters, say) */
 #define SHARED_WAIT_NODES	8
@@ -761,6 +769,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 	if (node->connect_error != NULL)
 		pfree(node->connect_error);
 	node->connect_error = NULL;
+	Assert(node->held == 0);
 	node->reader = redisReaderCreate();
 	node->awaiting = 0;
 	node->deferred = 0;
@@ -773,13 +782,17 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 
 /*
  * Close the socket.  Replies still on their way are lost with it, so the
- * caller must have settled what they were for.
+ * caller must have settled what they were for.  Commands held back are
+ * written first, as far as the kernel takes them; on a connection that
+ * failed they are lost, which is harmless (see node_hold()).
  */
 void
 node_disconnect(RedisNode *node)
 {
 	if (node->sock == PGINVALID_SOCKET)
 		return;
+	if (node->held > 0)
+		(void) node_flush(node);
 	leave_shared_wait(node);
 	FreeWaitEventSet(node->waitset);
 	node->waitset = NULL;
@@ -823,11 +836,11 @@ node_is_connected(const RedisNode *node)
 }
 
 /*
- * Has the peer closed a connection that carries nothing of ours?  Redis
- * closes idle clients (its timeout setting), restarts and CLIENT KILL do
- * too, and a NAT may drop an idle flow: the socket tells, without a round
- * trip.  Bytes that nobody asked for mean the stream cannot be trusted
- * either.
+ * Has the peer closed a connection that carries nothing of ours (commands
+ * held back have not been written)?  Redis closes idle clients (its
+ * timeout setting), restarts and CLIENT KILL do too, and a NAT may drop an
+ * idle flow: the socket tells, without a round trip.  Bytes that nobody
+ * asked for mean the stream cannot be trusted either.
  */
 bool
 node_peer_closed(RedisNode *node)
@@ -835,11 +848,52 @@ node_peer_closed(RedisNode *node)
 	char		c;
 	ssize_t		n;
 
-	if (node->awaiting > 0)
+	if (node->awaiting > node->held)
 		return false;
 	n = recv(node->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 	return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
 					   errno == EINTR));
+}
+
+/*
+ * Hold back the command just appended to the node's output, which nobody
+ * waits for: it goes out with the next write to the node, in the same
+ * system call, and Redis reads it with what follows in one read.  That is
+ * for clean-up whose delay costs nothing but a record kept a little
+ * longer.  A held command may be lost, when the connection fails or the
+ * peer has closed it before the next write, so it must be one whose loss
+ * is made good otherwise: a decrement's record that is not cleared stays
+ * beside its committed row, and redis_stock_recover() clears it.
+ */
+void
+node_hold(RedisNode *node)
+{
+	Assert(node_is_connected(node));
+	if (node->held++ == 0)
+		dlist_push_tail(&holding_nodes, &node->held_link);
+}
+
+/* The node's output holds nothing back any more: it is being written */
+static void
+release_held(RedisNode *node)
+{
+	if (node->held == 0)
+		return;
+	node->held = 0;
+	dlist_delete(&node->held_link);
+}
+
+/*
+ * Write what every node holds back, as far as the kernel takes it, at
+ * backend exit: the replies are not read.
+ */
+void
+node_flush_held(void)
+{
+	dlist_mutable_iter iter;
+
+	dlist_foreach_modify(iter, &holding_nodes)
+		(void) node_flush(dlist_container(RedisNode, held_link, iter.cur));
 }
 
 /*
@@ -849,6 +903,7 @@ node_peer_closed(RedisNode *node)
 bool
 node_flush(RedisNode *node)
 {
+	release_held(node);
 	while (node->out_sent < node->out.len)
 	{
 		ssize_t		n = send(node->sock, node->out.data + node->out_sent,
@@ -924,6 +979,12 @@ node_receive(RedisNode *node, bool *closed)
 		*closed = node->read_closed;
 		errno = node->read_errno;
 		return node->read_ok;
+	}
+	/* no reply can come for commands not written yet */
+	if (node->held > 0 && node->held == node->awaiting)
+	{
+		*closed = false;
+		return true;
 	}
 	return receive_from(node, MSG_DONTWAIT, closed, &got);
 }

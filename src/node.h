@@ -9,6 +9,7 @@
 #ifndef REDISLOCK_NODE_H
 #define REDISLOCK_NODE_H
 
+#include "lib/ilist.h"
 #include "lib/stringinfo.h"
 #include "nodes/pg_list.h"
 #include "storage/latch.h"
@@ -73,6 +74,9 @@ typedef struct RedisNode
 	int			out_sent;		/* bytes of out already written */
 	int			awaiting;		/* replies sent for and not read */
 	uint64		sent;			/* commands sent since connecting */
+	int			held;			/* the last of those, held back in out
+								 * until something else is written */
+	dlist_node	held_link;		/* in the list of nodes holding commands */
 	List	   *redirectable;	/* clean-up sent after commit to a cluster
 								 * node, whose reply may redirect it */
 	List	   *queued_cleanup; /* clean-up for this node while it was not
@@ -101,6 +105,8 @@ extern void node_destroy(RedisNode *node);
 extern bool node_is_connected(const RedisNode *node);
 extern bool node_peer_closed(RedisNode *node);
 extern bool node_flush(RedisNode *node);
+extern void node_hold(RedisNode *node);
+extern void node_flush_held(void);
 extern bool node_receive(RedisNode *node, bool *closed);
 extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
 extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
@@ -184,6 +190,7 @@ extern bool redis_run_until(RedisCall *calls, int ncalls,
 
 /* Calls whose replies nobody waits for (cleanup.c) */
 extern void redis_send_deferred(RedisCall *calls, int ncalls);
+extern void redis_hold_deferred(RedisCall *calls, int ncalls);
 extern void redis_send_cleanup(RedisCall *call, uint64 end_id);
 extern void redis_send_queued_cleanup(RedisNode *node);
 extern void redis_drop_reply(RedisNode *node, struct redisReply *reply);

@@ -10,7 +10,9 @@
  * that took units wrote a row under the same id in the same
  * (sub)transaction (decisions.c), so once that transaction has ended, the
  * row is there if and only if it committed: the records of committed
- * decrements are cleared, once their commit is durable; those of
+ * decrements are cleared, once their commit is durable (a backend's own
+ * clear goes out with its next command, and is lost if its connection
+ * fails first: such records are found here, beside their rows); those of
  * decrements that did not commit are given back (units and buyer); those
  * of transactions still running are left.  The transaction ID only says
  * whose end to wait for: an ID handed out again after a crash, to a

@@ -220,9 +220,10 @@ RedisScript extend_script = {
  * never oversell, and record the decrement under its operation id, so that
  * whoever made it can always learn whether it happened.  The arithmetic is
  * Redis' own integer arithmetic: Lua numbers are doubles and would round
- * large stock.  Returns what remains (as a string, for the same reason),
- * -1 (changing nothing) when fewer than the requested units are left, or
- * -2 (changing nothing) when the buyer, if one is named, has already bought
+ * large stock.  Returns what remains (the number DECRBY answered while a
+ * double holds it exactly, below 2^53, else read back as a string), -1
+ * (changing nothing) when fewer than the requested units are left, or -2
+ * (changing nothing) when the buyer, if one is named, has already bought
  * the item.  An absent or non-integer stock, and an overflow, are errors
  * that change nothing.  The record is written right after the units are
  * taken and before the buyer is marked: a failed write undoes the others,
@@ -264,6 +265,9 @@ RedisScript stock_decr_script = {
 	"end\n"
 	"if err then\n"
 	"  return err\n"
+	"end\n"
+	"if left < 9007199254740992 then\n"
+	"  return left\n"
 	"end\n"
 	"return redis.call('GET', KEYS[1])\n"
 };

@@ -12,7 +12,8 @@
  * decrement that took units also writes a row in the same (sub)transaction
  * (decisions.c), which commits or vanishes with it: that is what
  * redis_stock_recover() decides by when the backend could not.  Once the
- * commit is durable, the record is cleared.
+ * commit is durable, the record is cleared, by a command that goes out
+ * with the backend's next one to that Redis (send_clears()).
  *
  *-------------------------------------------------------------------------
  */
@@ -451,7 +452,10 @@ stock_clear_record_call(RedisCall *call, RedisConn *conn,
 	redis_call_arg(call, op_id, strlen(op_id));
 }
 
-/* The stock left after a decrement, which Redis sends as a string */
+/*
+ * The stock left after a decrement, which Redis sends as an integer, or as
+ * a string from 2^53 on
+ */
 static int64
 remaining_stock(const RedisCall *call, const char *key)
 {
@@ -573,8 +577,12 @@ queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
 
 /*
  * Clear the records of the committed decrements of the list head.  Nobody
- * waits for the replies: the commands cost no round trip at commit, and
- * their replies are dropped at the connection's next use.
+ * waits for the replies, and the commands are held back: they go out with
+ * the next command to their node, or when the backend exits or the
+ * connection closes, so that a clear costs no system call and no read of
+ * Redis's of its own.  A clear that never goes out (the connection fails
+ * first, or the backend is killed) leaves the record beside its committed
+ * row, and redis_stock_recover() decides it committed and clears it.
  */
 static void
 send_clears(dlist_head *head)
@@ -595,7 +603,7 @@ send_clears(dlist_head *head)
 		stock_clear_record_call(&calls[ncalls++], decrement->conn,
 								&decrement->keys, decrement->op_id);
 	}
-	redis_send_deferred(calls, ncalls);
+	redis_hold_deferred(calls, ncalls);
 	pfree(calls);
 }
 
@@ -680,8 +688,9 @@ clear_flushed_records(void)
 /*
  * At transaction end, decrements of a committed transaction are final:
  * their records are cleared once the commit is durable, at once when it is
- * synchronous.  Those of a rolled-back one are given back.  Records that
- * waited for an earlier commit to be flushed go if it has been.
+ * synchronous (the clears go out with the next command, see send_clears()).
+ * Those of a rolled-back one are given back.  Records that waited for an
+ * earlier commit to be flushed go if it has been.
  */
 void
 stock_end_xact(RedisBatch *batch, bool commit)

@@ -209,12 +209,14 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 /*
  * Backend exit: end every hold and give back the decrements of a
  * transaction that will not commit.  This runs before the exit aborts that
- * transaction, which then finds nothing left to do.
+ * transaction, which then finds nothing left to do.  Then the clean-up
+ * that waited for a next command goes out: there is none.
  */
 static void
 shmem_exit_callback(int code, Datum arg)
 {
 	end_scope(END_SESSION, false);
+	node_flush_held();
 }
 
 void

@@ -1,9 +1,10 @@
 # Stock stays exact.
 # - Arithmetic is Redis' integer arithmetic: a stock of 2^53 asked for
-#   2^53+1 units refuses (-1) and keeps its stock; a stock of 2^63-1 gives
-#   one unit and returns 2^63-2 exactly, and a rollback gives back the
-#   largest quantities exactly; an overflow, in a decrement or an incr, is
-#   an ERROR 22003 that changes nothing.
+#   2^53+1 units refuses (-1) and keeps its stock; what remains is exact on
+#   both sides of 2^53, where doubles stop holding every integer; a stock
+#   of 2^63-1 gives one unit and returns 2^63-2 exactly, and a rollback
+#   gives back the largest quantities exactly; an overflow, in a decrement
+#   or an incr, is an ERROR 22003 that changes nothing.
 # - A decrement whose reply timed out (Redis asleep in DEBUG SLEEP, longer
 #   than command_timeout) is run by Redis late; once the transaction, or the
 #   savepoint, has rolled back and Redis is awake, the units and the buyer's
@@ -41,6 +42,11 @@ my ($p53, $max) = ('9007199254740992', '9223372036854775807');
 	"SELECT redis_stock_set('big', $p53); SELECT redis_stock_decr('big', $p53 + 1)");
 is("$out$err", "\n-1", 'a stock of 2^53 asked for 2^53+1 units refuses');
 is($redis->command('GET', 'big'), $p53, 'and keeps its stock');
+($out, $err) = session_query($s, "SELECT redis_stock_decr('big', 1)");
+is("$out$err", '9007199254740991', 'one unit of 2^53 leaves 2^53-1');
+($out, $err) = session_query($s,
+	"SELECT redis_stock_set('big', $p53 + 2); SELECT redis_stock_decr('big', 1)");
+is("$out$err", "\n9007199254740993", 'one unit of 2^53+2 leaves 2^53+1, which no double holds');
 
 ($out, $err) = session_query($s,
 	"SELECT redis_stock_set('max', $max); SELECT redis_stock_decr('max', 1)");

@@ -127,6 +127,8 @@ is(join(' ', map { $redis->command('GET', $_) } qw(b c f)), '97 95 100',
 	'and gives their units back: only the committed orders are taken');
 ok(buys('b', 'x1') && buys('b', 'x3') && buys('f', 'z'), 'their buyers may buy again');
 ok(!buys('b', 'y1') && !buys('b', 'y2'), 'the committed buyers may not');
+ok(defined wait_until(10, sub { recorded_xids('b') eq '' && recorded_xids('f') eq '' }),
+	'the records of those new orders are cleared as their sessions end');
 is(recover(), '', 'a second recover finds nothing');
 
 $node->stop;

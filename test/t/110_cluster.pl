@@ -193,12 +193,14 @@ is(join(' ', map { $cluster->command($masters[$_], 'GET', "shop:$items[$_]") } 0
 	'10 10 10', 'the units are back on all three masters');
 works($s, join('; ', map { "SELECT redis_stock_decr('$_', 1, 'bob')" } @items),
 	"9\n9\n9", 'and the buyer may buy on each');
+works($s, join('; ', map { "SELECT redis_stock_get('$_')" } @items),
+	"9\n9\n9", 'the session reads each stock: its next command on each master');
 ok( defined wait_until(
 		10,
 		sub {
 			!grep { defined $cluster->node($masters[$_])->sibling('shop:', 'ops', $items[$_]) } 0 .. 2;
 		}),
-	'no decrement record is left on any master');
+	'which carried the clears: no decrement record is left on any master');
 
 # A savepoint rollback undoes what was done inside it, on its masters only.
 works($s,

@@ -4,8 +4,8 @@
 # by its row once its writer has ended.
 # - synchronous_commit = off: a crash after COMMIT returned but before its
 #   WAL was flushed loses the order, and the unit comes back; a record is
-#   cleared only once its commit is durable, at the backend's next
-#   transaction end.
+#   cleared only once its commit is durable: at the backend's next
+#   transaction end, by a command that goes with its next one to Redis.
 # - A writer that commits while recover waits for Redis, or after the
 #   snapshot of a REPEATABLE READ transaction that runs recover, is seen
 #   committed.
@@ -96,8 +96,10 @@ is("$out$err", '9', 'another order commits asynchronously');
 isnt(record_ids('x'), '', 'its record waits');
 $async->safe_psql('postgres', 'CHECKPOINT');
 session_query($s, 'BEGIN; COMMIT');
-ok(defined wait_until(10, sub { record_ids('x') eq '' }),
-	'once WAL is flushed, the next transaction end clears it');
+($out, $err) = session_query($s, "SELECT redis_stock_get('x')");
+is("$out$err", '9', 'the session reads the stock');
+is(record_ids('x'), '',
+	'once WAL is flushed, the next transaction end clears the record, with the next command');
 $s->quit;
 $async->stop('immediate');
 $async->start;
@@ -186,6 +188,8 @@ like(recover($node), qr/\Au\|$lost\|2\|lost\|in progress\z/,
 ($out, $err) = session_query($t,
 	"SELECT redis_stock_decr('u', 1, 'again'); INSERT INTO orders VALUES ('again'); COMMIT");
 is("$out$err", '97', 'it takes a unit of its own and commits');
+($out, $err) = session_query($t, "SELECT redis_stock_get('u')");
+is("$out$err", '97', 'and its next command clears the record of its own');
 like(recover($node), qr/\Au\|$lost\|2\|lost\|aborted\z/,
 	'then the lost transaction\'s record is aborted');
 is($redis->command('GET', 'u'), '99', 'only its units are given back');
@@ -213,6 +217,8 @@ like($err, qr/permission denied for table redis_stock_decrements/,
 	'and cannot read the rows of decrements');
 isnt($node->safe_psql('postgres', 'SELECT count(*) FROM redis_stock_decrements'),
 	'0', 'which hold its decrement');
+ok(defined wait_until(10, sub { record_ids('u') eq '' && record_ids('p') eq '' }),
+	'the records of the ended sessions\' orders are cleared');
 is(recover($node), '', 'recover finds no record to settle');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FROM redis_stock_decrements d JOIN pg_foreign_server s ON s.oid = d.server WHERE srvname = 'redislock'"
