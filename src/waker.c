@@ -430,7 +430,12 @@ connect_node(WakerNode *wn)
 	freeReplyObject(reply);
 }
 
-/* The subscription connection to a server's node, made at first use */
+/*
+ * The subscription connection to a server's node, made at first use.  It
+ * pins the server's connection entry, which a change of the server then
+ * retires instead of freeing: a new entry, and new nodes, serve the
+ * requests made after the change.
+ */
 static WakerNode *
 waker_node_for(RedisConn *conn, RedisNode *master)
 {
@@ -450,6 +455,7 @@ waker_node_for(RedisConn *conn, RedisNode *master)
 						   master->unix_socket);
 	wn->node->role = "subscriber";
 	wn->sharded = true;
+	redis_conn_pin(conn);
 	waker_nodes = lappend(waker_nodes, wn);
 	return wn;
 }
@@ -566,17 +572,23 @@ listen_of(LockTableRef ref)
 /*
  * Look at the lock table: serve the requests of this database's waiters
  * that are new, and forget those whose wait ended.  The connections of
- * new requests are found in a transaction, as the watchdog finds its own.
+ * new requests are found in a transaction, as the watchdog finds its own,
+ * and Redis is talked to after it.  What the look needs only while it
+ * looks is made in tmpcxt.
  */
 static void
-look_at_requests(void)
+look_at_requests(MemoryContext tmpcxt)
 {
 	int			n;
-	RedisLockEntry *entries = locktable_copy(&n);
+	RedisLockEntry *entries;
 	List	   *new_entries = NIL;
 	List	   *ended = NIL;
+	RedisConn **conns;
 	ListCell   *lc;
 	int			i;
+
+	MemoryContextSwitchTo(tmpcxt);
+	entries = locktable_copy(&n);
 
 	foreach(lc, listens)
 		((Listen *) lfirst(lc))->seen = false;
@@ -598,28 +610,38 @@ look_at_requests(void)
 	foreach(lc, listens)
 		if (!((Listen *) lfirst(lc))->seen)
 			ended = lappend(ended, lfirst(lc));
+	MemoryContextSwitchTo(waker_cxt);
 	foreach(lc, ended)
 		drop_listen((Listen *) lfirst(lc));
-	list_free(ended);
 	if (new_entries == NIL)
 		return;
+	conns = MemoryContextAlloc(tmpcxt,
+							   sizeof(RedisConn *) * list_length(new_entries));
 	StartTransactionCommand();
 	MemoryContextSwitchTo(waker_cxt);
 	foreach(lc, new_entries)
 	{
 		RedisLockEntry *entry = (RedisLockEntry *) lfirst(lc);
 
-		serve_request(entry, pg_atomic_read_u32(&entry->wake_asked),
-					  redislock_worker_conn(entry->serverid, entry->userid));
+		conns[foreach_current_index(lc)] =
+			redislock_worker_conn(entry->serverid, entry->userid);
 	}
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(waker_cxt);
+	foreach(lc, new_entries)
+	{
+		RedisLockEntry *entry = (RedisLockEntry *) lfirst(lc);
+
+		serve_request(entry, pg_atomic_read_u32(&entry->wake_asked),
+					  conns[foreach_current_index(lc)]);
+	}
 }
 
 /*
  * Serve the database's waiters: read what came on the subscriptions, and
  * take up the requests made and ended since the last look.  Returns how
- * many requests are served.
+ * many requests are served.  The caller's memory context is reset before
+ * the next call; what lasts is kept in waker_cxt.
  */
 int
 waker_serve(void)
@@ -634,7 +656,7 @@ waker_serve(void)
 	oldcxt = MemoryContextSwitchTo(waker_cxt);
 	foreach(lc, waker_nodes)
 		read_node((WakerNode *) lfirst(lc));
-	look_at_requests();
+	look_at_requests(oldcxt);
 	foreach(lc, waker_nodes)
 		flush_node((WakerNode *) lfirst(lc));
 	MemoryContextSwitchTo(oldcxt);
