@@ -7,7 +7,7 @@ OBJS = src/redislock.o src/resp.o src/node.o src/call.o src/batch.o \
 	src/cluster.o src/sentinel.o src/redlock.o src/args.o src/keys.o \
 	src/scripts.o src/option.o src/lock.o src/stock.o src/decisions.o \
 	src/recover.o src/xact.o src/locktable.o src/stats.o src/worker.o \
-	src/watchdog.o src/wake.o
+	src/watchdog.o src/wake.o src/waker.o
 SHLIB_LINK = -lhiredis
 
 DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \

@@ -76,6 +76,9 @@ typedef struct HeldLock
 	int			wake_channellen;
 	bool		queued;			/* in the waiters' queue in Redis, as far as
 								 * this backend knows */
+	uint32		wake_request;	/* the worker listens for this wait: the
+								 * request it answered, else 0 */
+	int			wake_worker;	/* and the pid of that worker */
 	int			session_holds;
 	int			xact_holds;		/* sum of the counts in levels */
 	LevelHolds *levels;			/* ascending nesting levels */
@@ -236,6 +239,8 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	lock->wake_channel = NULL;
 	lock->wake_channellen = 0;
 	lock->queued = false;
+	lock->wake_request = 0;
+	lock->wake_worker = 0;
 	lock->session_holds = 0;
 	lock->xact_holds = 0;
 	lock->levels = NULL;		/* allocated with the first transaction hold */
@@ -884,6 +889,139 @@ sleep_before_retry(int hears, const Refusal *refusal, int *delay_ms)
 	return sleep_ms;
 }
 
+/* The worker need listen no more for this wait */
+static void
+end_worker_listen(HeldLock *lock)
+{
+	locktable_wake_end(lock->shared);
+	lock->wake_request = 0;
+	lock->wake_worker = 0;
+}
+
+/* The wait ended, granted or not: stop listening for the lock's releases */
+static void
+stop_listening(HeldLock *lock, bool granted)
+{
+	if (lock->wake_request != 0)
+		end_worker_listen(lock);
+	else
+		wake_end(lock->conn, granted);
+}
+
+/*
+ * Ask the database's worker to listen for the releases of the lock on this
+ * backend's behalf (waker.c), so that the server's waits share its
+ * subscriptions instead of opening one each: what the wait hears, as
+ * wake_subscribe() returns it, once the worker has subscribed; -1 when it
+ * cannot (no preload, a key the lock table cuts, no worker running yet,
+ * or no answer by the deadline): the backend then subscribes itself.
+ */
+static int
+ask_worker_to_listen(HeldLock *lock, RedisDeadline deadline)
+{
+	uint32		asked;
+	int			worker;
+	int			hears;
+
+	if (lock->shared.index < 0 || lock->tag.keylen > REDISLOCK_ENTRY_KEY_LEN)
+		return -1;
+	worker = redislock_worker_pid(MyDatabaseId);
+	if (worker != 0)
+		asked = locktable_wake_ask(lock->shared);
+	(void) redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_WAKE);
+	if (worker == 0)
+		return -1;
+	while ((hears = locktable_wake_answer(lock->shared, asked)) < 0)
+	{
+		long		left_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+															  deadline.at);
+
+		if (left_ms <= 0 || redislock_worker_pid(MyDatabaseId) != worker)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 left_ms, redislock_wait_event);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (hears < 0 || (hears & WAKE_LOST))
+	{
+		end_worker_listen(lock);
+		return -1;
+	}
+	lock->wake_request = asked;
+	lock->wake_worker = worker;
+	return hears;
+}
+
+/*
+ * Listen for the releases of the lock before an attempt that may queue
+ * this backend: through the worker when it can, else on a subscription of
+ * this backend's own (wake.c), which a wait through the worker closes.
+ */
+static int
+listen_for_release(HeldLock *lock, RedisDeadline deadline)
+{
+	int			hears = ask_worker_to_listen(lock, deadline);
+
+	if (hears >= 0)
+	{
+		wake_close(lock->conn);
+		return hears;
+	}
+	return wake_subscribe(lock->conn, lock->tag.key, lock->tag.keylen,
+						  lock->wake_channel, lock->wake_channellen, deadline);
+}
+
+/*
+ * Does a subscription listen for the releases of the lock already, so that
+ * an attempt may queue this backend at once?  The worker's listens for as
+ * long as it runs and has not lost it.
+ */
+static bool
+listening_for_release(HeldLock *lock)
+{
+	if (lock->wake_request != 0)
+	{
+		int			hears = locktable_wake_answer(lock->shared,
+												  lock->wake_request);
+
+		if (hears >= 0 && !(hears & WAKE_LOST) &&
+			redislock_worker_pid(MyDatabaseId) == lock->wake_worker)
+			return true;
+		end_worker_listen(lock);
+		return false;
+	}
+	return wake_listening(lock->conn, lock->tag.key, lock->tag.keylen,
+						  lock->wake_channel, lock->wake_channellen);
+}
+
+/*
+ * Wait up to timeout_ms for a release of the lock, as wake_wait() does.
+ * Through the worker, it is a latch wait, which the worker's setting of
+ * the latch ends; a worker that stopped, or lost its subscription, counts
+ * as a release heard: the waiter looks again, and listens anew.
+ */
+static WakeCause
+wait_for_release(HeldLock *lock, long timeout_ms, bool holder_announces)
+{
+	if (lock->wake_request == 0)
+		return wake_wait(lock->conn, timeout_ms, holder_announces);
+	locktable_wake_holder_announces(lock->shared, holder_announces);
+	if (!locktable_wake_take_heard(lock->shared) && listening_for_release(lock))
+	{
+		int			events = WaitLatch(MyLatch,
+									   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+									   timeout_ms, redislock_wait_event);
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (!locktable_wake_take_heard(lock->shared) &&
+			listening_for_release(lock))
+			return (events & WL_TIMEOUT) ? WAKE_TIMEOUT : WAKE_LATCH;
+	}
+	return WAKE_RELEASED;
+}
+
 /*
  * Sleep before the next attempt, or until a release wakes us (*woken).
  * The latch wakes us for query cancel and statement_timeout, for a local
@@ -900,8 +1038,8 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 		return false;
 	if (left_ms >= 0)
 		sleep_ms = Min(sleep_ms, left_ms);
-	*woken = wake_wait(lock->conn, Max(sleep_ms, 1),
-					   holder_announces) == WAKE_RELEASED;
+	*woken = wait_for_release(lock, Max(sleep_ms, 1),
+							  holder_announces) == WAKE_RELEASED;
 	return true;
 }
 
@@ -940,9 +1078,6 @@ static bool
 wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
 			  int hears, Refusal *refusal, bool *waited)
 {
-	RedisConn  *conn = lock->conn;
-	const char *key = lock->tag.key;
-	int			keylen = lock->tag.keylen;
 	int			delay_ms = WAIT_MIN_DELAY_MS;
 	bool		woken = false;
 	bool		subscribed = hears != 0;
@@ -952,19 +1087,14 @@ wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
 	{
 		if (!subscribed)
 		{
-			hears = wake_subscribe(conn, key, keylen, lock->wake_channel,
-								   lock->wake_channellen,
-								   attempt_deadline(start, wait_ms));
+			hears = listen_for_release(lock, attempt_deadline(start, wait_ms));
 			subscribed = true;
 		}
 		else
 		{
-			if ((hears & WAKE_ANNOUNCED) &&
-				!wake_listening(conn, key, keylen, lock->wake_channel,
-								lock->wake_channellen))
-				hears = wake_subscribe(conn, key, keylen, lock->wake_channel,
-									   lock->wake_channellen,
-									   attempt_deadline(start, wait_ms));
+			if ((hears & WAKE_ANNOUNCED) && !listening_for_release(lock))
+				hears = listen_for_release(lock,
+										   attempt_deadline(start, wait_ms));
 			if (!wait_before_retry(lock, start, wait_ms,
 								   sleep_before_retry(hears, refusal, &delay_ms),
 								   refusal->holder_announces, &woken))
@@ -975,11 +1105,11 @@ wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
 		if (try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
 						(hears & WAKE_ANNOUNCED) != 0, woken, refusal))
 		{
-			wake_end(conn, true);
+			stop_listening(lock, true);
 			return true;
 		}
 	}
-	wake_end(conn, false);
+	stop_listening(lock, false);
 	return false;
 }
 
@@ -1007,8 +1137,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 		return try_acquire(lock, ttl_ms, attempt_deadline(start, wait_ms),
 						   false, false, &refusal);
 	make_wake_channel(lock);
-	if (wake_listening(lock->conn, lock->tag.key, lock->tag.keylen,
-					   lock->wake_channel, lock->wake_channellen))
+	if (listening_for_release(lock))
 		hears = WAKE_ANNOUNCED;
 	PG_TRY();
 	{
@@ -1019,6 +1148,7 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 	}
 	PG_CATCH();
 	{
+		end_worker_listen(lock);
 		wake_close(lock->conn);
 		PG_RE_THROW();
 	}

@@ -295,6 +295,11 @@ fill_entry(RedisLockEntry *entry, RedisConn *conn, const char *rkey,
 	pg_atomic_write_u32(&entry->lost, 0);
 	pg_atomic_write_u64(&entry->renewals, 0);
 	pg_atomic_write_u64(&entry->renewed_until, 0);
+	pg_atomic_write_u32(&entry->wake_asked, 0);
+	pg_atomic_write_u32(&entry->wake_answered, 0);
+	pg_atomic_write_u32(&entry->wake_hears, 0);
+	pg_atomic_write_u32(&entry->wake_heard, 0);
+	pg_atomic_write_u32(&entry->wake_holder_announces, 0);
 }
 
 /*
@@ -560,6 +565,109 @@ locktable_lease_lost(LockTableRef ref)
 		return false;
 	Assert(table->entries[ref.index].id == ref.id);
 	return pg_atomic_read_u32(&table->entries[ref.index].lost) != 0;
+}
+
+/*
+ * A waiter asks its database's worker to listen for the releases of its
+ * lock (waker.c): returns the number of the request, which the answer
+ * names.  What the worker heard before is forgotten.  The entry is the
+ * backend's own, and the worker reads it under the shared lock: the
+ * barrier orders the writes before the request.
+ */
+uint32
+locktable_wake_ask(LockTableRef ref)
+{
+	static uint32 last_request = 0;
+	RedisLockEntry *entry = &table->entries[ref.index];
+
+	Assert(entry->id == ref.id);
+	if (++last_request == 0)
+		last_request = 1;
+	pg_atomic_write_u32(&entry->wake_heard, 0);
+	pg_write_barrier();
+	pg_atomic_write_u32(&entry->wake_asked, last_request);
+	return last_request;
+}
+
+/* The worker's answer to request asked: WAKE_* bits, -1 while none came */
+int
+locktable_wake_answer(LockTableRef ref, uint32 asked)
+{
+	RedisLockEntry *entry = &table->entries[ref.index];
+
+	if (pg_atomic_read_u32(&entry->wake_answered) != asked)
+		return -1;
+	pg_read_barrier();
+	return (int) pg_atomic_read_u32(&entry->wake_hears);
+}
+
+/*
+ * Whether the holder that refused the waiter's last attempt is one of
+ * ours, whose DEL is announced on the wake channel: its keyspace event
+ * then wakes nobody, as wake.c has it for its own subscriptions
+ */
+void
+locktable_wake_holder_announces(LockTableRef ref, bool announces)
+{
+	pg_atomic_write_u32(&table->entries[ref.index].wake_holder_announces,
+						announces ? 1 : 0);
+}
+
+/* Has the worker heard a release since this was last asked?  Forget it */
+bool
+locktable_wake_take_heard(LockTableRef ref)
+{
+	return pg_atomic_exchange_u32(&table->entries[ref.index].wake_heard,
+								  0) != 0;
+}
+
+/* The wait ended: the worker may stop listening */
+void
+locktable_wake_end(LockTableRef ref)
+{
+	if (ref.index >= 0)
+		pg_atomic_write_u32(&table->entries[ref.index].wake_asked, 0);
+}
+
+/*
+ * For the worker: answer request asked of the entry, if it still stands,
+ * and wake the waiter
+ */
+void
+locktable_wake_reply(LockTableRef ref, uint32 asked, int hears)
+{
+	RedisLockEntry *entry;
+
+	LWLockAcquire(table->lock, LW_SHARED);
+	entry = referenced_entry(ref);
+	if (entry != NULL && pg_atomic_read_u32(&entry->wake_asked) == asked)
+	{
+		pg_atomic_write_u32(&entry->wake_hears, (uint32) hears);
+		pg_write_barrier();
+		pg_atomic_write_u32(&entry->wake_answered, asked);
+		wake_waiter(entry->procno);
+	}
+	LWLockRelease(table->lock);
+}
+
+/*
+ * For the worker: a release of the entry's lock was heard, or the key's
+ * DEL (del), which wakes the waiter only when its holder announces nothing
+ */
+void
+locktable_wake_heard(LockTableRef ref, bool del)
+{
+	RedisLockEntry *entry;
+
+	LWLockAcquire(table->lock, LW_SHARED);
+	entry = referenced_entry(ref);
+	if (entry != NULL && pg_atomic_read_u32(&entry->wake_asked) != 0 &&
+		!(del && pg_atomic_read_u32(&entry->wake_holder_announces) != 0))
+	{
+		pg_atomic_write_u32(&entry->wake_heard, 1);
+		wake_waiter(entry->procno);
+	}
+	LWLockRelease(table->lock);
 }
 
 /*

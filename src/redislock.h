@@ -231,6 +231,12 @@ typedef struct RedisLockEntry
 	pg_atomic_uint32 lost;		/* the lease was found lost */
 	pg_atomic_uint64 renewals;	/* by the watchdog */
 	pg_atomic_uint64 renewed_until; /* its last renewal's lease end */
+	/* a waiter's request that the worker listen for releases (waker.c) */
+	pg_atomic_uint32 wake_asked;	/* the request's number, 0 for none */
+	pg_atomic_uint32 wake_answered; /* the last request answered */
+	pg_atomic_uint32 wake_hears;	/* and its answer, WAKE_* bits */
+	pg_atomic_uint32 wake_heard;	/* the worker heard a release since */
+	pg_atomic_uint32 wake_holder_announces; /* a DEL is announced anyway */
 } RedisLockEntry;
 
 /* How a backend, or a renewer, names an entry: its place and its id */
@@ -254,6 +260,13 @@ extern bool locktable_note_renewal(LockTableRef ref,
 								   TimestampTz lease_expires_at);
 extern bool locktable_mark_lost(LockTableRef ref);
 extern bool locktable_lease_lost(LockTableRef ref);
+extern uint32 locktable_wake_ask(LockTableRef ref);
+extern int	locktable_wake_answer(LockTableRef ref, uint32 asked);
+extern void locktable_wake_holder_announces(LockTableRef ref, bool announces);
+extern bool locktable_wake_take_heard(LockTableRef ref);
+extern void locktable_wake_end(LockTableRef ref);
+extern void locktable_wake_reply(LockTableRef ref, uint32 asked, int hears);
+extern void locktable_wake_heard(LockTableRef ref, bool del);
 extern bool locktable_key_visible(Oid roleid);
 extern text *locktable_user_key(const RedisLockEntry *entry);
 

@@ -202,6 +202,7 @@ extern bool redis_decide_calls(RedisCall *calls, int ncalls, int elevel);
  */
 #define WAKE_ANNOUNCED	0x01	/* our releases, on the waiter's channel */
 #define WAKE_KEYSPACE	0x02	/* other clients' releases and expiries */
+#define WAKE_LOST		0x04	/* a worker cannot listen, or no longer does */
 
 typedef enum WakeCause
 {
@@ -210,6 +211,20 @@ typedef enum WakeCause
 	WAKE_LATCH					/* the latch was set: look again now */
 } WakeCause;
 
+/* What a keyspace event of a lock's key says of the lock */
+typedef enum KeyspaceEvent
+{
+	KEYSPACE_KEEPS,				/* a lease renewal, a SET: still held */
+	KEYSPACE_FREES,				/* an expiry, an eviction */
+	KEYSPACE_DEL				/* a DEL, which our releases announce too */
+} KeyspaceEvent;
+
+extern bool wake_element_is(const struct redisReply *reply, int i,
+							const char *str, int len);
+extern bool wake_keyspace_events_on(const struct redisReply *reply);
+extern KeyspaceEvent wake_keyspace_event(const char *event);
+extern char *wake_keyspace_channel(RedisConn *conn, const char *key,
+								   int keylen, int *len);
 extern bool wake_listening(RedisConn *conn, const char *key, int keylen,
 						   const char *channel, int channellen);
 extern int	wake_subscribe(RedisConn *conn, const char *key, int keylen,

@@ -208,8 +208,8 @@ send_commands(WakeNode *wn)
 }
 
 /* Does a CONFIG GET notify-keyspace-events answer hold K, g and x? */
-static bool
-keyspace_events_on(const redisReply *reply)
+bool
+wake_keyspace_events_on(const redisReply *reply)
 {
 	const char *flags;
 
@@ -223,8 +223,8 @@ keyspace_events_on(const redisReply *reply)
 }
 
 /* Is a string reply element equal to str (len bytes)? */
-static bool
-element_is(const redisReply *reply, int i, const char *str, int len)
+bool
+wake_element_is(const redisReply *reply, int i, const char *str, int len)
 {
 	return reply->elements > i &&
 		reply->element[i]->type == REDIS_REPLY_STRING &&
@@ -236,23 +236,42 @@ element_is(const redisReply *reply, int i, const char *str, int len)
 static void
 take_message(WakeNode *wn, const redisReply *reply)
 {
-	const redisReply *payload;
-
-	if (wn->channel != NULL && element_is(reply, 1, wn->channel,
+	if (wn->channel != NULL && wake_element_is(reply, 1, wn->channel,
 										  wn->channellen))
 	{
 		wn->heard = true;
 		return;
 	}
 	if (wn->keyspace == NULL ||
-		!element_is(reply, 1, wn->keyspace, wn->keyspacelen))
+		!wake_element_is(reply, 1, wn->keyspace, wn->keyspacelen))
 		return;
-	/* a lease renewal or a SET frees nothing; our own DEL is announced */
-	payload = reply->element[2];
-	if (strcmp(payload->str, "expired") == 0 ||
-		strcmp(payload->str, "evicted") == 0 ||
-		(strcmp(payload->str, "del") == 0 && !wn->holder_announces))
-		wn->heard = true;
+	/* our own DEL is announced */
+	switch (wake_keyspace_event(reply->element[2]->str))
+	{
+		case KEYSPACE_FREES:
+			wn->heard = true;
+			break;
+		case KEYSPACE_DEL:
+			wn->heard = wn->heard || !wn->holder_announces;
+			break;
+		case KEYSPACE_KEEPS:
+			break;
+	}
+}
+
+/*
+ * What a keyspace event of a lock's key says of the lock: an expiry or an
+ * eviction frees it, a DEL frees it too (but ours is also announced), a
+ * lease renewal or a SET keeps it held
+ */
+KeyspaceEvent
+wake_keyspace_event(const char *event)
+{
+	if (strcmp(event, "expired") == 0 || strcmp(event, "evicted") == 0)
+		return KEYSPACE_FREES;
+	if (strcmp(event, "del") == 0)
+		return KEYSPACE_DEL;
+	return KEYSPACE_KEEPS;
 }
 
 /* The answer to the oldest subscription command still unanswered */
@@ -309,19 +328,19 @@ take_reply(WakeNode *wn, const redisReply *reply)
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
 		reply->element[0]->type != REDIS_REPLY_STRING)
 		return;
-	if (element_is(reply, 0, "notify-keyspace-events", 22))
-		wn->keyspace_events = keyspace_events_on(reply) ? KEYSPACE_ON :
+	if (wake_element_is(reply, 0, "notify-keyspace-events", 22))
+		wn->keyspace_events = wake_keyspace_events_on(reply) ? KEYSPACE_ON :
 			KEYSPACE_OFF;
 	else if (reply->elements == 3 &&
 			 reply->element[2]->type == REDIS_REPLY_STRING &&
-			 (element_is(reply, 0, "message", 7) ||
-			  element_is(reply, 0, "smessage", 8)))
+			 (wake_element_is(reply, 0, "message", 7) ||
+			  wake_element_is(reply, 0, "smessage", 8)))
 		take_message(wn, reply);
-	else if (element_is(reply, 0, "subscribe", 9) ||
-			 element_is(reply, 0, "ssubscribe", 10))
+	else if (wake_element_is(reply, 0, "subscribe", 9) ||
+			 wake_element_is(reply, 0, "ssubscribe", 10))
 		take_confirmation(wn, reply);
-	else if (element_is(reply, 0, "sunsubscribe", 12) && wn->channel != NULL &&
-			 element_is(reply, 1, wn->channel, wn->channellen) &&
+	else if (wake_element_is(reply, 0, "sunsubscribe", 12) && wn->channel != NULL &&
+			 wake_element_is(reply, 1, wn->channel, wn->channellen) &&
 			 wn->expected[0] != EXPECT_WAKE)
 	{
 		/* the slot moved to another node: look there */
@@ -442,8 +461,8 @@ connect_wake_node(WakeNode *wn)
 }
 
 /* The keyspace channel of key on conn's server */
-static char *
-keyspace_channel(RedisConn *conn, const char *key, int keylen, int *len)
+char *
+wake_keyspace_channel(RedisConn *conn, const char *key, int keylen, int *len)
 {
 	StringInfoData buf;
 
@@ -483,7 +502,7 @@ subscribe_node(WakeNode *wn, const char *key, int keylen,
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(conn->cxt);
 
-		wn->keyspace = keyspace_channel(conn, key, keylen, &wn->keyspacelen);
+		wn->keyspace = wake_keyspace_channel(conn, key, keylen, &wn->keyspacelen);
 		MemoryContextSwitchTo(oldcxt);
 		append_command(wn, "SUBSCRIBE", wn->keyspace, wn->keyspacelen,
 					   NULL, 0);

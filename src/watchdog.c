@@ -45,6 +45,7 @@
 #include "utils/resowner.h"
 
 #include "redislock.h"
+#include "worker.h"
 
 /* A renewal that got no answer is tried again this much later (ms) */
 #define RENEW_RETRY_MS		200
@@ -133,47 +134,6 @@ renewal_cmp(const void *a, const void *b)
 	return 0;
 }
 
-/*
- * The connection of serverid and userid, or NULL (logged) when it cannot
- * be had: the server was dropped, or its options are no longer valid.  In
- * a subtransaction of the current transaction, so that the failure of one
- * server leaves the others alone.
- */
-static RedisConn *
-connection_or_null(Oid serverid, Oid userid)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	RedisConn  *volatile conn = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		conn = redis_conn_for_user(serverid, userid);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("could not renew Redis lock leases on foreign server %u",
-						serverid),
-				 errdetail_internal("%s", edata->message)));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return conn;
-}
-
 /* Find the connection of each renewal, one per server and user */
 static void
 find_connections(Renewal *due, int ndue)
@@ -187,7 +147,7 @@ find_connections(Renewal *due, int ndue)
 	for (i = 0; i < ndue; i++)
 		due[i].conn = i > 0 && renewal_cmp(&due[i - 1], &due[i]) == 0 ?
 			due[i - 1].conn :
-			connection_or_null(due[i].entry->serverid, due[i].entry->userid);
+			redislock_worker_conn(due[i].entry->serverid, due[i].entry->userid);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 }

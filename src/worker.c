@@ -63,6 +63,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -85,6 +86,13 @@ static int	recover_interval_ms = 300000;
  */
 #define RENEW_MAX_SLEEP_MS	1000
 #define RENEW_LINGER_MS		10000
+
+/*
+ * A worker that listens for waiters looks at the lock table at least this
+ * often, and stays this long once no waiter asks it to listen (ms)
+ */
+#define WAKE_MAX_SLEEP_MS	1000
+#define WAKE_LINGER_MS		10000
 
 /* The launcher's restart after it exits with an error, in seconds */
 #define LAUNCHER_RESTART_S	5
@@ -357,6 +365,23 @@ redislock_request_renewal(TimestampTz due)
 	if (state == NULL || renewal_on_time(MyDatabaseId, due))
 		return;
 	(void) redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_RENEW);
+}
+
+/* The pid of the worker that runs in a database, 0 when none does */
+int
+redislock_worker_pid(Oid dboid)
+{
+	WorkerSlot *slot;
+	int			pid = 0;
+
+	if (state == NULL)
+		return 0;
+	SpinLockAcquire(&state->mutex);
+	slot = find_slot(dboid);
+	if (slot != NULL)
+		pid = slot->pid;
+	SpinLockRelease(&state->mutex);
+	return pid;
 }
 
 /*
@@ -889,6 +914,10 @@ typedef struct WorkerPlan
 	bool		renewing;		/* renewal taken, and not given up */
 	TimestampTz renew_at;		/* the next look at the leases */
 	TimestampTz idle_since;		/* no lease to renew since, 0 while some */
+	bool		waking;			/* listening for waiters taken, and not
+								 * given up */
+	TimestampTz wake_idle_since;	/* no waiter to listen for since, 0
+									 * while some */
 	TimestampTz recover_at;		/* the next recovery, DT_NOEND for none */
 	int			recover_failures;	/* since the last that succeeded */
 } WorkerPlan;
@@ -1029,6 +1058,47 @@ init_session(void)
 	CommitTransactionCommand();
 }
 
+/*
+ * For a database's worker: the connection of serverid and userid, or NULL
+ * (logged) when it cannot be had: the server was dropped, or its options
+ * are no longer valid.  In a subtransaction of the current transaction, so
+ * that the failure of one server leaves the others alone.
+ */
+RedisConn *
+redislock_worker_conn(Oid serverid, Oid userid)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	RedisConn  *volatile conn = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		conn = redis_conn_for_user(serverid, userid);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("could not connect to foreign server %u in the redislock worker",
+						serverid),
+				 errdetail_internal("%s", edata->message)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return conn;
+}
+
 /* Add to the plan the work asked for since the worker last looked */
 static void
 plan_taken_work(WorkerPlan *plan)
@@ -1042,6 +1112,8 @@ plan_taken_work(WorkerPlan *plan)
 		plan->renewing = true;
 		plan->renew_at = 0;
 	}
+	if (work & REDISLOCK_WORK_WAKE)
+		plan->waking = true;
 }
 
 /*
@@ -1062,7 +1134,7 @@ recover_as_planned(WorkerPlan *plan)
 	}
 	plan->recover_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 												   retry_pause_ms(plan->recover_failures++));
-	return plan->renewing;
+	return plan->renewing || plan->waking;
 }
 
 /*
@@ -1117,17 +1189,66 @@ renew_as_planned(WorkerPlan *plan)
 	pg_atomic_write_u64(&my_slot->renew_wake_at, (uint64) plan->renew_at);
 }
 
-/* Sleep until the plan's next work is due, or a request sets the latch */
+/*
+ * Listen for the releases that the database's waiters wait for (waker.c),
+ * while they ask for it, and WAKE_LINGER_MS longer; like renewal, the
+ * request is cleared before a last look, so that a wait that asked
+ * meanwhile is seen (a wait asks again at each of its requests).
+ */
+static void
+wake_as_planned(WorkerPlan *plan)
+{
+	TimestampTz now;
+
+	if (waker_serve() > 0)
+	{
+		plan->wake_idle_since = 0;
+		return;
+	}
+	now = GetCurrentTimestamp();
+	if (plan->wake_idle_since == 0)
+		plan->wake_idle_since = now;
+	else if (now >= TimestampTzPlusMilliseconds(plan->wake_idle_since,
+												WAKE_LINGER_MS))
+	{
+		work_done(REDISLOCK_WORK_WAKE);
+		if (waker_serve() == 0)
+		{
+			plan->waking = false;
+			return;
+		}
+		SpinLockAcquire(&state->mutex);
+		my_slot->taken |= REDISLOCK_WORK_WAKE;
+		SpinLockRelease(&state->mutex);
+		plan->wake_idle_since = 0;
+	}
+}
+
+/*
+ * Sleep until the plan's next work is due, a request sets the latch, or
+ * something comes on a subscription of the waiters'
+ */
 static void
 sleep_as_planned(const WorkerPlan *plan)
 {
 	TimestampTz wake = Min(plan->renew_at, plan->recover_at);
-	long		timeout_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-															 wake);
+	long		timeout_ms;
+	WaitEventSet *set;
+	WaitEvent	event;
 
-	(void) WaitLatch(MyLatch,
-					 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 Max(timeout_ms, 1), redislock_wait_event);
+	if (plan->waking)
+		wake = Min(wake, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 WAKE_MAX_SLEEP_MS));
+	timeout_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), wake);
+	set = CreateWaitEventSet(CurrentMemoryContext,
+							 2 + (plan->waking ? waker_nsockets() : 0));
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	if (plan->waking)
+		waker_add_sockets(set);
+	(void) WaitEventSetWait(set, Max(timeout_ms, 1), &event, 1,
+							redislock_wait_event);
+	FreeWaitEventSet(set);
 	ResetLatch(MyLatch);
 }
 
@@ -1168,16 +1289,18 @@ redislock_worker_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		plan_taken_work(&plan);
-		if (!plan.renewing && plan.recover_at == DT_NOEND)
+		if (!plan.renewing && !plan.waking && plan.recover_at == DT_NOEND)
 			break;
 		if (plan.recover_at <= GetCurrentTimestamp() &&
 			!recover_as_planned(&plan))
 			break;
 		if (plan.renewing && plan.renew_at <= GetCurrentTimestamp())
 			renew_as_planned(&plan);
-		if (!plan.renewing && plan.recover_at != DT_NOEND)
+		if (plan.waking)
+			wake_as_planned(&plan);
+		if (!plan.renewing && !plan.waking && plan.recover_at != DT_NOEND)
 			break;				/* a failed recovery, and renewal over */
-		if (plan.renewing)
+		if (plan.renewing || plan.waking)
 			sleep_as_planned(&plan);
 	}
 	proc_exit(0);

@@ -20,10 +20,19 @@
 #define REDISLOCK_WORK_RECOVER	0x0001	/* settle the decrements that
 										 * transactions left open */
 #define REDISLOCK_WORK_RENEW	0x0002	/* renew the leases of held locks */
+#define REDISLOCK_WORK_WAKE		0x0004	/* listen for the releases of locks
+										 * that backends wait for */
 
 extern void redislock_init_worker(void);
 extern bool redislock_request_worker(Oid dboid, uint32 work);
 extern void redislock_request_renewal(TimestampTz due);
+extern int	redislock_worker_pid(Oid dboid);
+extern struct RedisConn *redislock_worker_conn(Oid serverid, Oid userid);
+
+/* The worker's subscriptions on behalf of its database's waiters (waker.c) */
+extern int	waker_serve(void);
+extern int	waker_nsockets(void);
+extern void waker_add_sockets(struct WaitEventSet *set);
 
 /* Entry points, which the postmaster looks up by name */
 extern PGDLLEXPORT void redislock_launcher_main(Datum main_arg);
