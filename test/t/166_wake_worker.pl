@@ -7,8 +7,9 @@
 # B, share one Redis: sessions on A hold the locks that sessions on B wait
 # for.  A release on A wakes the waiter on B at once; a waiter that gives up
 # leaves its channel and wakes the next; a waiter whose worker is
-# terminated still gets the lock, and the next wait uses the new worker; a
-# key too long for the lock table is waited for as without the preload.
+# terminated still gets the lock, and the next wait uses the new worker; the
+# first wait of a database without a worker asks for one; a key too long
+# for the lock table is waited for as without the preload.
 use strict;
 use warnings;
 
@@ -106,7 +107,7 @@ for (1 .. 7)
 	is($granted, 't', "hand-off $_ from A to B: the waiter got the lock");
 	push @ms, $ms;
 }
-note 'hand-off ms: ' . join(' ', map { sprintf '%.1f', $_ } @ms);
+diag 'hand-off ms: ' . join(' ', map { sprintf '%.1f', $_ } @ms);
 cmp_ok(median(@ms), '<', 10, 'a release on A wakes the waiter on B within 10 ms (median of 7)');
 ok(defined wait_until(5, sub { sharded_channels() == 0 }),
 	'the hand-offs over, the waiter\'s wake channel is no longer listened to');
@@ -180,6 +181,54 @@ for my $i (0 .. 1)
 }
 $_->quit for @waiters;
 
+# --- a database without a worker: its first wait asks for one
+$node_b->safe_psql('postgres', 'CREATE DATABASE other');
+$node_b->safe_psql(
+	'other', qq{
+	CREATE EXTENSION redislock;
+	ALTER SERVER redislock OPTIONS (SET port '$port');
+	GRANT USAGE ON FOREIGN SERVER redislock TO PUBLIC;
+});
+
+# The redislock workers of B's database other
+sub other_workers
+{
+	return $node_b->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redislock worker' AND datname = 'other'"
+	);
+}
+
+# A session of B in database other
+sub other_session
+{
+	my $s = $node_b->background_psql('other', on_error_stop => 0, timeout => 120);
+	$s->set_query_timer_restart;
+	return $s;
+}
+
+is(other_workers(), '0', 'no worker runs for database other');
+$waiter = other_session();
+session_query($holder, "SELECT redis_lock_acquire_session('first')");
+start_timed_wait($waiter, 'first', 'redis_lock_acquire');
+ok(defined wait_until(10, sub { other_workers() eq '1' }), 'its first wait asks for one');
+($granted, $secs) = granted_after($waiter, release_at($holder, 'first'));
+is($granted, 't', 'and gets the lock at the release');
+cmp_ok($secs, '<', 0.2, 'within 0.2 s');
+$waiter->quit;
+ok(defined wait_until(5, sub { subscribed() == 0 }), 'nobody listens any more');
+@waiters = map { other_session() } 1 .. 2;
+session_query($holder, "SELECT redis_lock_acquire_session('first$_')") for 0 .. 1;
+start_timed_wait($waiters[$_], "first$_", 'redis_lock_acquire') for 0 .. 1;
+ok(defined wait_until(5, sub { sharded_channels() == 2 }), 'two later waits of database other');
+@subs = subscribed();
+is(scalar @subs, 1, 'share the subscription connection of its worker');
+for my $i (0 .. 1)
+{
+	($granted, $secs) = granted_after($waiters[$i], release_at($holder, "first$i"));
+	is($granted, 't', "later waiter $i of database other got the lock at the release");
+}
+$_->quit for @waiters;
+
 # --- keyspace events: another client's DEL and an expiry wake the waiter
 # A new server of B, whose subscription connection learns that Redis
 # publishes keyspace events
@@ -237,7 +286,7 @@ for (1 .. 5)
 	is($granted, 't', "foreign DEL $_: the waiter got the lock");
 	push @ms, 1000 * $secs;
 }
-note 'foreign DEL ms: ' . join(' ', map { sprintf '%.1f', $_ } @ms);
+diag 'foreign DEL ms: ' . join(' ', map { sprintf '%.1f', $_ } @ms);
 cmp_ok(median(@ms), '<', 10, 'another client\'s DEL wakes the waiter within 10 ms (median of 5)');
 
 @ms = ();
@@ -250,7 +299,7 @@ for (1 .. 5)
 	is($granted, 't', "expiry $_: the waiter got the lock");
 	push @ms, 1000 * $secs;
 }
-note 'expiry ms: ' . join(' ', map { sprintf '%.1f', $_ } @ms);
+diag 'expiry ms: ' . join(' ', map { sprintf '%.1f', $_ } @ms);
 cmp_ok(median(@ms), '<', 10, 'an expiry wakes the waiter within 10 ms (median of 5)');
 
 $waiter->quit;

@@ -64,7 +64,7 @@ sub hand_offs
 		$all &&= $granted eq 't';
 		push @ms, $ms;
 	}
-	note "$what, hand-off ms: " . join(' ', map { sprintf '%.1f', $_ } @ms);
+	diag "$what, hand-off ms: " . join(' ', map { sprintf '%.1f', $_ } @ms);
 	ok($all, "$what: the waiter on B got the lock each time");
 	cmp_ok(median(@ms), '<', 10, "$what: a release on A wakes it within 10 ms (median of 5)");
 	return;
