@@ -84,7 +84,7 @@ for my $i (1 .. 5)
 	start_query($waiters[ $i - 1 ], "SELECT redis_lock_acquire('many$i', 30000, 20000)");
 	waits($node_b, $waiters[ $i - 1 ]);
 }
-usleep(300_000);
+wait_until(5, sub { sharded_channels() == 5 });
 my @subs = subscribed();
 is(scalar @subs, 1, 'five waiting backends of B: one subscribed Redis connection');
 like($subs[0] // '', qr/\bssub=5\b/, 'listening to the five wake channels');
@@ -170,7 +170,7 @@ ok(defined wait_until(5, sub { subscribed() == 0 }), 'nobody listens any more');
 session_query($holder, "SELECT redis_lock_acquire_session('again$_')") for 0 .. 1;
 start_timed_wait($waiters[$_], "again$_", 'redis_lock_acquire') for 0 .. 1;
 waits($node_b, $_) for @waiters;
-usleep(300_000);
+wait_until(5, sub { sharded_channels() == 2 });
 @subs = subscribed();
 is(scalar @subs, 1, 'two later waiters of B: one subscribed Redis connection');
 like($subs[0] // '', qr/\bssub=2\b/, 'listening to both wake channels');
@@ -210,7 +210,7 @@ is(other_workers(), '0', 'no worker runs for database other');
 $waiter = other_session();
 session_query($holder, "SELECT redis_lock_acquire_session('first')");
 start_timed_wait($waiter, 'first', 'redis_lock_acquire');
-ok(defined wait_until(10, sub { other_workers() eq '1' }), 'its first wait asks for one');
+ok(defined wait_until(5, sub { other_workers() eq '1' }), 'its first wait asks for one');
 ($granted, $secs) = granted_after($waiter, release_at($holder, 'first'));
 is($granted, 't', 'and gets the lock at the release');
 cmp_ok($secs, '<', 0.2, 'within 0.2 s');
@@ -256,7 +256,8 @@ for my $i (0 .. 1)
 	start_timed_wait($waiters[$i], "ks$i", 'redis_lock_acquire');
 	waits($node_b, $waiters[$i]);
 }
-usleep(300_000);
+wait_until(5,
+	sub { sharded_channels() == 2 && keyspace_listeners('ks0') + keyspace_listeners('ks1') == 2 });
 @subs = subscribed();
 is(scalar @subs, 1, 'two waiters for keys of another client: one subscribed Redis connection');
 like($subs[0] // '', qr/\bsub=2\b.*\bssub=2\b/,

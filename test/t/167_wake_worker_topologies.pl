@@ -34,6 +34,14 @@ sub subscribed_in
 	return grep { /\bssub=[1-9]/ } split /\n/, $list;
 }
 
+# How many sharded channels the clients of CLIENT LIST lines listen to
+sub channels_in
+{
+	my $n = 0;
+	$n += $_ for map { /\bssub=(\d+)/ } @_;
+	return $n;
+}
+
 # A session of B that holds a lock all along, so that B's worker renews it
 # and runs; returns once that worker shows
 sub keep_worker
@@ -84,10 +92,11 @@ sub shared_subscription
 		start_query($waiters[$i], "SELECT redis_lock_acquire('$keys->[$i]', 30000, 20000)");
 		waits($node_b, $waiters[$i]);
 	}
-	usleep(300_000);
 	for my $n (0 .. $#$lists)
 	{
-		my @subs = subscribed_in($lists->[$n]->());
+		my @subs;
+		wait_until(5,
+			sub { @subs = subscribed_in($lists->[$n]->()); channels_in(@subs) == 2 });
 		is(scalar @subs, 1, "$what, node $n: two waiters of B, one subscribed connection");
 		like($subs[0] // '', qr/\bssub=2\b/, "$what, node $n: listening to both wake channels");
 	}
