@@ -926,11 +926,13 @@ ask_worker_to_listen(HeldLock *lock, RedisDeadline deadline)
 	if (lock->shared.index < 0 || lock->tag.keylen > REDISLOCK_ENTRY_KEY_LEN)
 		return -1;
 	worker = redislock_worker_pid(MyDatabaseId);
-	if (worker != 0)
-		asked = locktable_wake_ask(lock->shared);
-	(void) redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_WAKE);
 	if (worker == 0)
+	{
+		(void) redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_WAKE);
 		return -1;
+	}
+	asked = locktable_wake_ask(lock->shared);
+	(void) redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_WAKE);
 	while ((hears = locktable_wake_answer(lock->shared, asked)) < 0)
 	{
 		long		left_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),

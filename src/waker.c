@@ -78,7 +78,11 @@ struct WakerNode
 	bool		sharded;		/* SSUBSCRIBE; false on a server without */
 	List	   *expects;		/* Expect *, in the order sent */
 	List	   *listens;		/* Listen * subscribed here */
+	TimestampTz failed_at;		/* its last connect failed then, else 0 */
 };
+
+/* A node whose connect failed is not tried again for this long (ms) */
+#define RECONNECT_PAUSE_MS	1000
 
 static MemoryContext waker_cxt = NULL;
 static List *waker_nodes = NIL;
@@ -487,14 +491,108 @@ nodes_of_key(RedisConn *conn, const RedisLockEntry *entry)
 }
 
 /*
- * Start serving a request: subscribe to the waiter's channels on the nodes
- * of its key.  A failure (a node that cannot be reached) answers it lost.
+ * The error just caught, copied into cxt, and the error state cleared: the
+ * worker logs it and goes on without the node or server that failed
  */
+static ErrorData *
+caught_error(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	return edata;
+}
+
+/*
+ * Connect a node for a request, unless its last connect failed lately;
+ * false (logged) when it cannot be reached
+ */
+static bool
+node_ready(WakerNode *wn)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	bool		ready = true;
+
+	if (node_is_connected(wn->node))
+		return true;
+	if (wn->failed_at != 0 &&
+		GetCurrentTimestamp() < TimestampTzPlusMilliseconds(wn->failed_at,
+															RECONNECT_PAUSE_MS))
+		return false;
+	PG_TRY();
+	{
+		connect_node(wn);
+		wn->failed_at = 0;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = caught_error(cxt);
+
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("could not listen for the releases of Redis locks at %s",
+						wn->node->endpoint),
+				 errdetail_internal("%s", edata->message)));
+		FreeErrorData(edata);
+		node_disconnect(wn->node);
+		wn->failed_at = GetCurrentTimestamp();
+		ready = false;
+	}
+	PG_END_TRY();
+	return ready;
+}
+
+/*
+ * Find the nodes a request listens on, connected: on a Redlock server the
+ * masters that can be reached, as a waiter's own subscription has them;
+ * else the node that serves the key.  False (the request answered lost)
+ * when there is none, or routing failed.
+ */
+static bool
+route_request(Listen *listen, const RedisLockEntry *entry)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *nodes = NIL;
+	ListCell   *lc;
+
+	PG_TRY();
+	{
+		nodes = nodes_of_key(listen->conn, entry);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = caught_error(cxt);
+
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("could not listen for the releases of Redis locks on server \"%s\"",
+						listen->conn->servername),
+				 errdetail_internal("%s", edata->message)));
+		FreeErrorData(edata);
+		nodes = NIL;
+	}
+	PG_END_TRY();
+	foreach(lc, nodes)
+	{
+		WakerNode  *wn = (WakerNode *) lfirst(lc);
+
+		if (node_ready(wn))
+			listen->nodes = lappend(listen->nodes, wn);
+	}
+	list_free(nodes);
+	if (listen->nodes != NIL)
+		return true;
+	lose_listen(listen);
+	return false;
+}
+
+/* Start serving a request: subscribe to the waiter's channels */
 static void
 serve_request(const RedisLockEntry *entry, uint32 asked, RedisConn *conn)
 {
 	Listen	   *listen = palloc0(sizeof(Listen));
-	MemoryContext cxt = CurrentMemoryContext;
 	ListCell   *lc;
 
 	listen->ref.index = entry->index;
@@ -516,39 +614,8 @@ serve_request(const RedisLockEntry *entry, uint32 asked, RedisConn *conn)
 	}
 	listen->keyspace = wake_keyspace_channel(conn, entry->key, entry->keylen,
 											 &listen->keyspacelen);
-	PG_TRY();
-	{
-		listen->nodes = nodes_of_key(conn, entry);
-		foreach(lc, listen->nodes)
-		{
-			WakerNode  *wn = (WakerNode *) lfirst(lc);
-
-			if (!node_is_connected(wn->node))
-				connect_node(wn);
-		}
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("could not listen for the release of a Redis lock on server \"%s\"",
-						conn->servername),
-				 errdetail_internal("%s", edata->message)));
-		FreeErrorData(edata);
-		lose_listen(listen);
+	if (!route_request(listen, entry))
 		return;
-	}
-	PG_END_TRY();
-	if (listen->nodes == NIL)
-	{
-		lose_listen(listen);
-		return;
-	}
 	foreach(lc, listen->nodes)
 		subscribe((WakerNode *) lfirst(lc), listen);
 }
