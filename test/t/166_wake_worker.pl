@@ -7,7 +7,8 @@
 # B, share one Redis: sessions on A hold the locks that sessions on B wait
 # for.  A release on A wakes the waiter on B at once; a waiter that gives up
 # leaves its channel and wakes the next; a waiter whose worker is
-# terminated still gets the lock, and the next wait uses the new worker; the
+# terminated still gets the lock, and the next wait uses the new worker; a
+# waiter whose worker's connection closes is listened for on another; the
 # first wait of a database without a worker asks for one; a key too long
 # for the lock table is waited for as without the preload.
 use strict;
@@ -180,6 +181,28 @@ for my $i (0 .. 1)
 	is($granted, 't', "later waiter $i got the lock at the release");
 }
 $_->quit for @waiters;
+
+# --- the worker's subscription connection closed while a backend waits
+$waiter = new_session($node_b);
+session_query($holder, "SELECT redis_lock_acquire_session('lost')");
+start_timed_wait($waiter, 'lost', 'redis_lock_acquire');
+waits($node_b, $waiter);
+wait_until(5, sub { sharded_channels() == 1 });
+@subs = subscribed();
+is(scalar @subs, 1, 'a waiter of B is listened for');
+my ($killed) = ($subs[0] // '') =~ /\bid=(\d+)/;
+is($redis->cli('CLIENT', 'KILL', 'ID', $killed // 0), '1', 'its subscription connection is closed');
+ok( defined wait_until(
+		5,
+		sub {
+			my @now = subscribed();
+			@now == 1 && $now[0] =~ /\bssub=1\b/ && $now[0] !~ /\bid=$killed\b/;
+		}),
+	'another connection listens for it');
+($granted, $secs) = granted_after($waiter, release_at($holder, 'lost'));
+is($granted, 't', 'the waiter got the lock at the release');
+cmp_ok($secs, '<', 0.2, 'within 0.2 s');
+$waiter->quit;
 
 # --- a database without a worker: its first wait asks for one
 $node_b->safe_psql('postgres', 'CREATE DATABASE other');
