@@ -7,7 +7,8 @@ their backend, and the time a release takes to reach a waiter
 
 =head1 SYNOPSIS
 
-  use WakeTest qw(new_session pid_of waits hand_off median);
+  use WakeTest qw(new_session pid_of waits start_timed_wait release_at
+    granted_after hand_off median);
 
   my $holder = new_session($node);
   my $waiter = new_session($node);
@@ -28,7 +29,8 @@ use Exporter 'import';
 use Time::HiRes qw(usleep);
 use RedisLockTest qw(session session_query start_query finish_query wait_until);
 
-our @EXPORT_OK = qw(new_session pid_of waits hand_off median);
+our @EXPORT_OK = qw(new_session pid_of waits start_timed_wait release_at
+  granted_after hand_off median);
 
 my %pids;
 
@@ -88,13 +90,69 @@ sub waits
 
 =pod
 
+=item start_timed_wait($session, $key, $function)
+
+Start, in the session, a wait for C<$key> (up to 10 s, for a lease of
+30 s) by C<$function>, C<redis_lock_acquire_session> unless given, whose
+output tells whether it was granted and when.
+
+=cut
+
+sub start_timed_wait
+{
+	my ($session, $key, $function) = @_;
+	$function //= 'redis_lock_acquire_session';
+	start_query($session,
+		"SELECT $function('$key', 30000, 10000) AND true, "
+		  . "extract(epoch FROM clock_timestamp())");
+	return;
+}
+
+=pod
+
+=item release_at($holder, $key)
+
+The holder releases C<$key>; returns the time, as its backend's clock tells,
+at which the release started.
+
+=cut
+
+sub release_at
+{
+	my ($holder, $key) = @_;
+	my ($released) = session_query($holder,
+		"SELECT extract(epoch FROM clock_timestamp()) || '|' || redis_lock_release('$key')");
+	my ($t_release) = split /\|/, $released;
+	return $t_release;
+}
+
+=pod
+
+=item granted_after($session, $t)
+
+The end of a wait started by C<start_timed_wait>: whether it was granted,
+and the seconds from C<$t> to the grant.
+
+=cut
+
+sub granted_after
+{
+	my ($session, $t) = @_;
+	my ($out) = finish_query($session, 15);
+	my ($granted, $t_grant) = split /\|/, $out;
+	return ($granted, $t_grant - $t);
+}
+
+=pod
+
 =item hand_off($node, $holder, $waiter, $key)
 
 The holder takes C<$key> (session scope), the waiter waits for it (up to
 10 s) for long enough that a backoff would have reached its cap, then the
-holder releases it.  Returns whether the waiter got it, and the ms from the
-start of the release to the grant, as the two backends' clocks tell.  The
-waiter releases it again.
+holder releases it.  C<$node> is the waiter's; the holder may be a session
+of another node on the same Redis.  Returns whether the waiter got it, and
+the ms from the start of the release to the grant, as the two backends'
+clocks tell.  The waiter releases it again.
 
 =cut
 
@@ -102,18 +160,12 @@ sub hand_off
 {
 	my ($node, $holder, $waiter, $key) = @_;
 	session_query($holder, "SELECT redis_lock_acquire_session('$key')");
-	start_query($waiter,
-		"SELECT redis_lock_acquire_session('$key', 30000, 10000) AND true, "
-		  . "extract(epoch FROM clock_timestamp())");
+	start_timed_wait($waiter, $key);
 	waits($node, $waiter);
 	usleep(300_000);
-	my ($released) = session_query($holder,
-		"SELECT extract(epoch FROM clock_timestamp()) || '|' || redis_lock_release('$key')");
-	my ($out) = finish_query($waiter, 15);
-	my ($granted, $t_grant) = split /\|/, $out;
-	my ($t_release) = split /\|/, $released;
+	my ($granted, $secs) = granted_after($waiter, release_at($holder, $key));
 	session_query($waiter, "SELECT redis_lock_release('$key')");
-	return ($granted, 1000 * ($t_grant - $t_release));
+	return ($granted, 1000 * $secs);
 }
 
 =pod
