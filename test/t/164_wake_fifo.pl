@@ -135,8 +135,15 @@ sub evalsha_calls
 # FIFO: ten waiters are granted in the order they came
 hold('fifo', 60000);
 is(queue_waiters('fifo', 0.01, 0 .. 9), 10, 'ten waiters queue one after the other');
-works($viewer, "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pids[9]",
-	'Extension', 'the last one shows its wait in pg_stat_activity');
+# its entry is claimed just before it sleeps: give it a moment to get there
+ok( defined wait_until(
+		5,
+		sub {
+			(session_query($viewer,
+				"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $pids[9]"
+			))[0] eq 'Extension';
+		}),
+	'the last one shows its wait in pg_stat_activity');
 commit_holder();
 is(finish_waiters(0 .. 9), 10, 'each gets the lock');
 is(grant_order('fifo'), join(',', map { "w$_" } 0 .. 9),
