@@ -101,6 +101,10 @@ append_command(WakerNode *wn, const char *command, const char *arg,
 	resp_append_call(&wn->node->out, &call);
 }
 
+/*
+ * Note the answer that the command just appended to wn is to get: the
+ * confirmation of listen's subscription of that kind, or of leaving channel
+ */
 static void
 expect(WakerNode *wn, Listen *listen, int kind, const char *channel,
 	   int channellen)
@@ -210,6 +214,15 @@ lose_listen(Listen *listen)
 	listen->lost = true;
 }
 
+/* Forget an answer that was expected, or has come */
+static void
+free_expect(Expect *e)
+{
+	if (e->channel != NULL)
+		pfree(e->channel);
+	pfree(e);
+}
+
 /*
  * A subscription connection failed or closed: every request it served is
  * lost, and it connects anew at the next one
@@ -217,8 +230,12 @@ lose_listen(Listen *listen)
 static void
 lose_node(WakerNode *wn)
 {
+	ListCell   *lc;
+
 	node_disconnect(wn->node);
-	list_free_deep(wn->expects);
+	foreach(lc, wn->expects)
+		free_expect((Expect *) lfirst(lc));
+	list_free(wn->expects);
 	wn->expects = NIL;
 	while (wn->listens != NIL)
 		lose_listen((Listen *) linitial(wn->listens));
@@ -277,9 +294,7 @@ take_answer(WakerNode *wn, const redisReply *reply)
 		lose_listen(listen);
 	else
 		confirm(listen, e->kind, true);
-	if (e->channel != NULL)
-		pfree(e->channel);
-	pfree(e);
+	free_expect(e);
 }
 
 /*
