@@ -22,7 +22,10 @@
  * A worker that locks of its database ask for (REDISLOCK_WORK_RENEW)
  * stays while they want their leases renewed (watchdog.c), and a little
  * longer, waking for each renewal; a backend granted such a lock wakes it
- * only when the worker would otherwise look too late.  Otherwise a worker
+ * only when the worker would otherwise look too late.  Likewise, a worker
+ * that waiters ask to listen for their locks' releases (REDISLOCK_WORK_WAKE,
+ * waker.c) stays while they wait, and a little longer, waking for what
+ * comes on its subscriptions as well as for its latch.  Otherwise a worker
  * holds its database only while it works, and never across a pause
  * between two tries of failed work.  DROP DATABASE, and the other
  * commands that need a database to themselves, wait a few seconds for its
