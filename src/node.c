@@ -990,6 +990,36 @@ node_receive(RedisNode *node, bool *closed)
 }
 
 /*
+ * Read, without blocking, what has arrived on a connection whose replies
+ * nobody waits for one by one (a subscription's), and hand each complete
+ * reply to take, which must not keep it; stop early if take closes the
+ * connection.  False when the connection failed or closed, or its stream
+ * is not valid RESP: the caller forgets what it had there.
+ */
+bool
+node_take_replies(RedisNode *node,
+				  void (*take) (void *arg, const redisReply *reply),
+				  void *arg)
+{
+	bool		closed;
+	redisReply *reply;
+
+	if (!node_receive(node, &closed))
+		return false;
+	while (node_is_connected(node))
+	{
+		if (!node_next_reply(node, &reply))
+			return false;
+		if (reply == NULL)
+			break;
+		node->last_reply = GetCurrentTimestamp();
+		take(arg, reply);
+		freeReplyObject(reply);
+	}
+	return true;
+}
+
+/*
  * The next complete reply, if one has arrived: true with *reply set (NULL
  * when none is complete yet); false when the stream is not valid RESP.
  */

@@ -109,6 +109,10 @@ extern void node_hold(RedisNode *node);
 extern void node_flush_held(void);
 extern bool node_receive(RedisNode *node, bool *closed);
 extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
+extern bool node_take_replies(RedisNode *node,
+							  void (*take) (void *arg,
+											const struct redisReply *reply),
+							  void *arg);
 extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 					  TimestampTz deadline, int elevel);
 

@@ -309,10 +309,12 @@ take_confirmation(WakeNode *wn, const redisReply *reply)
 	}
 }
 
-/* Take a reply that came on a subscription connection */
+/* Take a reply that came on wn, a subscription connection */
 static void
-take_reply(WakeNode *wn, const redisReply *reply)
+take_reply(void *arg, const redisReply *reply)
 {
+	WakeNode   *wn = (WakeNode *) arg;
+
 	if (reply->type == REDIS_REPLY_ERROR &&
 		wn->keyspace_events == KEYSPACE_ASKED)
 	{
@@ -359,30 +361,11 @@ take_reply(WakeNode *wn, const redisReply *reply)
 static void
 read_replies(WakeNode *wn)
 {
-	bool		closed;
-	redisReply *reply;
-
-	if (!node_is_connected(wn->node))
-		return;
-	if (!node_receive(wn->node, &closed))
+	if (node_is_connected(wn->node) &&
+		!node_take_replies(wn->node, take_reply, wn))
 	{
 		forget_subscriptions(wn);
 		wn->heard = true;
-		return;
-	}
-	for (;;)
-	{
-		if (!node_next_reply(wn->node, &reply))
-		{
-			forget_subscriptions(wn);
-			wn->heard = true;
-			return;
-		}
-		if (reply == NULL)
-			return;
-		wn->node->last_reply = GetCurrentTimestamp();
-		take_reply(wn, reply);
-		freeReplyObject(reply);
 	}
 }
 

@@ -356,10 +356,12 @@ take_message(WakerNode *wn, const redisReply *reply)
 	}
 }
 
-/* Take a reply that came on a subscription connection */
+/* Take a reply that came on wn, a subscription connection */
 static void
-take_reply(WakerNode *wn, const redisReply *reply)
+take_reply(void *arg, const redisReply *reply)
 {
+	WakerNode  *wn = (WakerNode *) arg;
+
 	if (reply->type == REDIS_REPLY_ERROR)
 		take_answer(wn, reply);
 	else if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
@@ -382,30 +384,12 @@ take_reply(WakerNode *wn, const redisReply *reply)
 static void
 read_node(WakerNode *wn)
 {
-	bool		closed;
-	redisReply *reply;
-
 	if (!node_is_connected(wn->node))
 		return;
-	if (!node_receive(wn->node, &closed))
-	{
+	if (!node_take_replies(wn->node, take_reply, wn))
 		lose_node(wn);
-		return;
-	}
-	for (;;)
-	{
-		if (!node_next_reply(wn->node, &reply))
-		{
-			lose_node(wn);
-			return;
-		}
-		if (reply == NULL)
-			break;
-		wn->node->last_reply = GetCurrentTimestamp();
-		take_reply(wn, reply);
-		freeReplyObject(reply);
-	}
-	flush_node(wn);
+	else
+		flush_node(wn);
 }
 
 /*
