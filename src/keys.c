@@ -44,7 +44,8 @@ static const struct
 	[REDIS_SIBLING_FENCE] = {"fence", "fencing token"},
 	[REDIS_SIBLING_RECORDS] = {"ops", "decrement records"},
 	[REDIS_SIBLING_BUYERS] = {"buyers", "buyers"},
-	[REDIS_SIBLING_WAITERS] = {"waiters", "queue of waiters"}
+	[REDIS_SIBLING_WAITERS] = {"waiters", "queue of waiters"},
+	[REDIS_SIBLING_HANDOFF] = {"handoff", "woken waiter"}
 };
 
 /* For each slot, the number whose decimal digits hash to it */

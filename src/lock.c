@@ -71,6 +71,8 @@ typedef struct HeldLock
 	int			fence_keylen;
 	char	   *waiters_key;	/* the sibling key of the waiters' queue */
 	int			waiters_keylen;
+	char	   *handoff_key;	/* the sibling key naming the woken waiter */
+	int			handoff_keylen;
 	char	   *wake_channel;	/* where a release wakes this backend, made
 								 * at the first wait for it, else NULL */
 	int			wake_channellen;
@@ -235,6 +237,9 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	lock->waiters_key = redis_sibling_key(rkey, rkeylen, lock->prefixlen,
 										  lock->slot, REDIS_SIBLING_WAITERS,
 										  &lock->waiters_keylen);
+	lock->handoff_key = redis_sibling_key(rkey, rkeylen, lock->prefixlen,
+										  lock->slot, REDIS_SIBLING_HANDOFF,
+										  &lock->handoff_keylen);
 	MemoryContextSwitchTo(oldcxt);
 	lock->wake_channel = NULL;
 	lock->wake_channellen = 0;
@@ -271,6 +276,7 @@ remove_lock(HeldLock *lock)
 	locktable_release(lock->shared);
 	pfree(lock->fence_key);
 	pfree(lock->waiters_key);
+	pfree(lock->handoff_key);
 	if (lock->wake_channel != NULL)
 		pfree(lock->wake_channel);
 	if (lock->levels != NULL)
@@ -575,13 +581,15 @@ make_wake_channel(HeldLock *lock)
 }
 
 /*
- * Add the key of the lock's waiters' queue to a script call, as an argument
- * (see ANNOUNCE_RELEASE in scripts.c for why not as a key)
+ * Add the keys of the lock's waiters' queue and of its woken waiter to a
+ * script call, as arguments (see ANNOUNCE_RELEASE in scripts.c for why not
+ * as keys)
  */
 static void
-add_waiters_arg(RedisCall *call, const HeldLock *lock)
+add_queue_args(RedisCall *call, const HeldLock *lock)
 {
 	redis_call_arg(call, lock->waiters_key, lock->waiters_keylen);
+	redis_call_arg(call, lock->handoff_key, lock->handoff_keylen);
 }
 
 /* Add the owner token of this backend's locks on the call's server */
@@ -624,18 +632,20 @@ prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 }
 
 /*
- * Make call the release of lock.  A wait that gives up leaves the waiters'
- * queue in the same step (leave_queue; release_script says why).
+ * Make call the release of lock.  A backend that waits no more for it
+ * (waits_no_more: its wait gave up, or it holds the lock) leaves the
+ * waiters' queue in the same step, and ends a hand-off to it, when it
+ * waited for the lock: release_script says why.
  */
 static void
-prepare_release(RedisCall *call, HeldLock *lock, bool leave_queue)
+prepare_release(RedisCall *call, HeldLock *lock, bool waits_no_more)
 {
 	lock_call_init(call, lock, &release_script);
 	call->nkeys = 1;
 	add_lock_key(call, lock);
 	add_token_arg(call);
-	add_waiters_arg(call, lock);
-	if (leave_queue)
+	add_queue_args(call, lock);
+	if (waits_no_more && lock->wake_channel != NULL)
 		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
 	call->origin = lock;
 }
@@ -689,7 +699,7 @@ abandon_lock(HeldLock *lock, const RedisCall *wait)
 	lock_call_init(&call, lock, &abandon_script);
 	add_lock_keys(&call, lock);
 	add_token_arg(&call);
-	add_waiters_arg(&call, lock);
+	add_queue_args(&call, lock);
 	redis_run(&call, 1);
 	script_result(&call, user_key(lock));
 	lock->in_redis = false;
@@ -760,7 +770,7 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
 	add_lock_keys(call, lock);
 	add_token_arg(call);
 	redis_call_int_arg(call, ttl_ms);
-	add_waiters_arg(call, lock);
+	add_queue_args(call, lock);
 	if (queue)
 	{
 		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
@@ -1374,7 +1384,7 @@ redis_lock_release(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(true);
 	}
 
-	prepare_release(&call, lock, false);
+	prepare_release(&call, lock, true);
 	redis_run(&call, 1);
 	released = (script_result(&call, user_key(lock)) == 1);
 	if (!released)
@@ -1434,7 +1444,7 @@ redis_lock_release_all(PG_FUNCTION_ARGS)
 	hash_seq_init(&status, held_locks);
 	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
 		if (total_holds(lock) > 0 || lock->in_redis)
-			prepare_release(&calls[ncalls++], lock, false);
+			prepare_release(&calls[ncalls++], lock, true);
 	for (i = 0; i < ncalls; i++)
 		redis_conn_check_usage(calls[i].conn);
 
@@ -1751,7 +1761,7 @@ queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
 	{
 		RedisCall  *call = redis_batch_add(batch);
 
-		prepare_release(call, lock, lock->queued);
+		prepare_release(call, lock, true);
 		call->on_reply = release_done;
 	}
 	else

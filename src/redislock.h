@@ -82,7 +82,8 @@ typedef enum RedisSiblingKind
 	REDIS_SIBLING_FENCE,		/* a lock's fencing token */
 	REDIS_SIBLING_RECORDS,		/* an item's decrement records */
 	REDIS_SIBLING_BUYERS,		/* an item's buyers */
-	REDIS_SIBLING_WAITERS		/* the wake channels of a lock's waiters */
+	REDIS_SIBLING_WAITERS,		/* the wake channels of a lock's waiters */
+	REDIS_SIBLING_HANDOFF		/* the waiter a release of a lock woke */
 } RedisSiblingKind;
 
 /* Key layout (keys.c) */

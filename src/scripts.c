@@ -49,6 +49,12 @@
 	"end\n"
 
 /*
+ * How long, in ms, the waiter that a release woke keeps the lock for itself
+ * while it comes to take it (HANDOFF below)
+ */
+#define HANDOFF_MS 100
+
+/*
  * Wake the first waiter of a lock that still listens, after the lock was
  * deleted: pop wake channels from the front of the waiters' queue and
  * announce on each until one reached a subscriber (a waiter that gave up,
@@ -60,14 +66,24 @@
  * waiters poll.  One waiter is woken per release, so that waiters do not
  * all race for a lock that only one can take.
  *
- * The queue, in the lock's slot, is named among the arguments and not the
- * keys.  While a Cluster migrates the slot, a script whose keys are not all
- * on the node is refused (TRYAGAIN), and a queue that is mostly absent
- * would hold up nearly every release and acquire; undeclared, it is
- * reached where it is, and where it is not the pcall fails softly.
+ * The waiter woken is named in the handoff key for HANDOFF_MS, during
+ * which our acquire refuses the free lock to everyone else: a session
+ * that has just released the lock and comes straight back for it, as a
+ * busy session does, would otherwise take it before the waiter has woken,
+ * over and over, and the queue would not be served in order.  A woken
+ * waiter that takes the lock deletes the key, one that gives up hands it
+ * on to the next, and one that died holds up our acquires for HANDOFF_MS
+ * at most.  Other clients do not read the key, and are not held up.
+ *
+ * The queue and the handoff key, in the lock's slot, are named among the
+ * arguments and not the keys.  While a Cluster migrates the slot, a script
+ * whose keys are not all on the node is refused (TRYAGAIN), and a queue
+ * that is mostly absent would hold up nearly every release and acquire;
+ * undeclared, they are reached where they are, and where they are not the
+ * pcall fails softly.
  */
 #define ANNOUNCE_RELEASE \
-	"local function announce(waiters)\n" \
+	"local function announce(waiters, handoff)\n" \
 	"  for i = 1, 8 do\n" \
 	"    local channel = redis.pcall('LPOP', waiters)\n" \
 	"    if type(channel) ~= 'string' then\n" \
@@ -78,9 +94,17 @@
 	"      heard = redis.pcall('PUBLISH', channel, 'released')\n" \
 	"    end\n" \
 	"    if type(heard) == 'number' and heard > 0 then\n" \
+	"      redis.pcall('SET', handoff, channel, 'PX', " CppAsString2(HANDOFF_MS) ")\n" \
 	"      return\n" \
 	"    end\n" \
 	"  end\n" \
+	"end\n"
+
+/* The wake channel of the waiter that a release woke, or nil */
+#define WOKEN_WAITER \
+	"local function woken_waiter(handoff)\n" \
+	"  local channel = redis.pcall('GET', handoff)\n" \
+	"  return type(channel) == 'string' and channel or nil\n" \
 	"end\n"
 
 /*
@@ -100,36 +124,40 @@
  * drawn for nobody, which is harmless since tokens only have to grow.
  * Returns the token (a string) when taken.
  *
- * A waiter that listens on a wake channel names it: when refused it is
- * queued, once, at the back of the waiters' queue, or at the front when a
- * release woke it and it lost the race again; when granted it leaves the
+ * A free lock that a release has handed to a woken waiter (ANNOUNCE_RELEASE)
+ * is refused to everyone but that waiter until it comes or the handoff
+ * ends.  A waiter that listens on a wake channel names it: when refused it
+ * is queued, once, at the back of the waiters' queue, or at the front when
+ * a release woke it and it lost the race again; when granted it leaves the
  * queue, so that no release wakes a waiter that waits no more.  The queue
  * lives as long as the lock's lease and the waiter's ttl together, and
  * waiters that still wait queue themselves again at each attempt.  A
  * refusal returns -1 - (2 * PTTL + foreign): the holder's remaining lease,
- * which bounds how long a waiter that polls sleeps (2^31 - 1 when the lock
- * has no lease), and whether the holder's value is not an owner token of
- * ours (foreign = 1), whose release nobody announces.
- * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms[, waiters[,
- * wake channel[, "front"]]].
+ * or the handoff's, which bounds how long a waiter that polls sleeps
+ * (2^31 - 1 when the lock has no lease), and whether the holder's value is
+ * not an owner token of ours (foreign = 1), whose release nobody announces.
+ * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms[, waiters,
+ * handoff[, wake channel[, "front"]]].
  */
 RedisScript acquire_script = {
 	"acquire",
+	WOKEN_WAITER
 	"local holder = redis.call('GET', KEYS[1])\n"
-	"if holder and holder ~= ARGV[1] then\n"
-	"  local pttl = redis.call('PTTL', KEYS[1])\n"
-	"  if pttl < 0 then\n"
+	"local woken = not holder and ARGV[4] and woken_waiter(ARGV[4])\n"
+	"if (holder and holder ~= ARGV[1]) or (woken and woken ~= ARGV[5]) then\n"
+	"  local pttl = holder and redis.call('PTTL', KEYS[1]) or redis.pcall('PTTL', ARGV[4])\n"
+	"  if type(pttl) ~= 'number' or pttl < 0 then\n"
 	"    pttl = 2147483647\n"
 	"  end\n"
-	"  if ARGV[4] and not redis.pcall('LPOS', ARGV[3], ARGV[4]) then\n"
-	"    redis.pcall(ARGV[5] == 'front' and 'LPUSH' or 'RPUSH', ARGV[3], ARGV[4])\n"
+	"  if ARGV[5] and not redis.pcall('LPOS', ARGV[3], ARGV[5]) then\n"
+	"    redis.pcall(ARGV[6] == 'front' and 'LPUSH' or 'RPUSH', ARGV[3], ARGV[5])\n"
 	"    local keep = math.min(pttl, 2147483647 - ARGV[2]) + ARGV[2]\n"
 	"    local left = redis.pcall('PTTL', ARGV[3])\n"
 	"    if type(left) == 'number' and left < keep then\n"
 	"      redis.pcall('PEXPIRE', ARGV[3], keep)\n"
 	"    end\n"
 	"  end\n"
-	"  local foreign = string.sub(holder, 1, 3) == 'pg:' and 0 or 1\n"
+	"  local foreign = holder and string.sub(holder, 1, 3) ~= 'pg:' and 1 or 0\n"
 	"  return -1 - (2 * pttl + foreign)\n"
 	"end\n"
 	"local last = redis.call('GET', KEYS[2])\n"
@@ -145,8 +173,11 @@ RedisScript acquire_script = {
 	"  token = string.sub(stem, 1, -2) .. digit .. string.rep('0', #nines)\n"
 	"  token = string.match(token, '^0?(.*)$')\n"
 	"end\n"
-	"if ARGV[4] then\n"
-	"  redis.pcall('LREM', ARGV[3], 0, ARGV[4])\n"
+	"if ARGV[5] then\n"
+	"  redis.pcall('LREM', ARGV[3], 0, ARGV[5])\n"
+	"end\n"
+	"if woken then\n"
+	"  redis.pcall('DEL', ARGV[4])\n"
 	"end\n"
 	"redis.call('SET', KEYS[2], token, 'PX', ARGV[2])\n"
 	"redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
@@ -157,27 +188,38 @@ RedisScript acquire_script = {
  * Delete the lock only if it is still ours, and wake its first waiter.
  * Returns 1 when deleted.
  *
- * A waiter that gives up names its wake channel, and leaves the queue.  A
- * release may have popped it already and announced itself to it, and then
- * the waiter took nothing: when the lock is still free, the next waiter is
- * woken in its stead, so that nobody sleeps behind a waiter that left.
- * KEYS: lock.  ARGV: owner token[, waiters[, wake channel of a waiter that
- * gives up]].
+ * A backend that waits no more for the lock (its wait gave up, or it holds
+ * the lock) names its wake channel, and leaves the queue.  A release may
+ * have popped it already and announced itself to it, and then it took
+ * nothing here: when the lock is still free and handed to this backend or
+ * to nobody, the next waiter is woken in its stead, so that nobody sleeps
+ * behind a waiter that left.  That is also how a Redlock waiter that a
+ * quorum granted ends what a master that refused it still kept for it.
+ * KEYS: lock.  ARGV: owner token[, waiters, handoff[, wake channel of the
+ * releasing backend]].
  */
 RedisScript release_script = {
 	"release",
 	ANNOUNCE_RELEASE
-	"local popped = ARGV[3] and redis.pcall('LREM', ARGV[2], 0, ARGV[3]) == 0\n"
+	WOKEN_WAITER
+	"local leaving = ARGV[4]\n"
+	"local popped = leaving and redis.pcall('LREM', ARGV[2], 0, leaving) == 0\n"
 	"local holder = redis.call('GET', KEYS[1])\n"
 	"if holder ~= ARGV[1] then\n"
 	"  if popped and not holder then\n"
-	"    announce(ARGV[2])\n"
+	"    local woken = woken_waiter(ARGV[3])\n"
+	"    if woken == leaving then\n"
+	"      redis.pcall('DEL', ARGV[3])\n"
+	"    end\n"
+	"    if not woken or woken == leaving then\n"
+	"      announce(ARGV[2], ARGV[3])\n"
+	"    end\n"
 	"  end\n"
 	"  return 0\n"
 	"end\n"
 	"redis.call('DEL', KEYS[1])\n"
 	"if ARGV[2] then\n"
-	"  announce(ARGV[2])\n"
+	"  announce(ARGV[2], ARGV[3])\n"
 	"end\n"
 	"return 1\n"
 };
@@ -187,7 +229,7 @@ RedisScript release_script = {
  * its fencing token only if the lock is ours, in one command, so that the
  * lock cannot stay behind a failure; and wake its first waiter.  Returns 1
  * when deleted.
- * KEYS: lock, fencing token.  ARGV: owner token, waiters.
+ * KEYS: lock, fencing token.  ARGV: owner token, waiters, handoff.
  */
 RedisScript abandon_script = {
 	"abandon",
@@ -196,7 +238,7 @@ RedisScript abandon_script = {
 	"  return 0\n"
 	"end\n"
 	"redis.call('DEL', KEYS[1], KEYS[2])\n"
-	"announce(ARGV[2])\n"
+	"announce(ARGV[2], ARGV[3])\n"
 	"return 1\n"
 };
 

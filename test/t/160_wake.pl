@@ -245,6 +245,44 @@ ok(defined wait_until(5, sub { queued('gone') == 1 }), 'the slow waiter is queue
 is($out, 'f', 'until its wait_ms runs out');
 is(queued('gone'), 0, 'and then leaves the queue');
 session_query($waiters[1], "SELECT redis_lock_release('gone')");
+
+# --- no barging: the lock that a release handed to a woken waiter is
+# refused to others, the releasing session first, until the waiter comes
+# The holder releases and asks for the lock again in the same statement, as
+# a busy session does; the waiter queued before it gets the lock first.
+session_query($holder, "SELECT redis_lock_acquire_session('turn')");
+start_query($waiters[0], "SELECT redis_lock_acquire_session('turn', 30000, 20000)");
+ok(defined wait_until(5, sub { queued('turn') == 1 }), 'a waiter is queued');
+start_query($holder,
+	"SELECT redis_lock_release('turn') AND redis_lock_acquire_session('turn', 30000, 20000)");
+($out) = eval { finish_query($waiters[0], 3) };
+is($out, 't', 'the woken waiter got the lock, ahead of the releasing session');
+ok(!defined $redis->sibling('', 'handoff', 'turn'), 'and ended its hand-off');
+ok(defined waits($node, $holder), 'the releasing session waits');
+is(queued('turn'), 1, 'queued behind it');
+session_query($waiters[0], "SELECT redis_lock_release('turn')");
+($out) = finish_query($holder, 5);
+is($out, 't', 'and then got the lock');
+
+# A woken waiter that is slow to come (its wake message comes 0.5 s late)
+# holds the lock for 100 ms at most: then anyone may take it.
+start_query($slow, "SELECT redis_lock_acquire_session('turn', 30000, 20000)");
+ok(defined wait_until(5, sub { queued('turn') == 1 }), 'the slow waiter is queued');
+($out) = session_query($holder,
+	"SELECT redis_lock_release('turn'), redis_lock_acquire_session('turn', 30000, 0)");
+is($out, 't|f', 'the lock released is refused to its releaser right after');
+my $handoff = $redis->sibling('', 'handoff', 'turn');
+ok(defined $handoff, 'while a release hands it to the woken waiter');
+like($redis->cli('GET', $handoff), qr/\{\d+\}:wake:.*:turn\z/, 'named by its wake channel');
+cmp_ok($redis->cli('PTTL', $handoff), '<=', 100, 'for 100 ms at most');
+usleep(150_000);
+($out) = session_query($holder, "SELECT redis_lock_acquire_session('turn', 30000, 0)");
+is($out, 't', 'after which the releaser takes it');
+session_query($holder, "SELECT redis_lock_release('turn')");
+($out) = finish_query($slow, 5);
+is($out, 't', 'and the slow waiter, still first in the queue, is woken by its release');
+session_query($slow, "SELECT redis_lock_release('turn')");
+is(queued('turn'), 0, 'nobody is left queued');
 $slow->quit;
 
 # --- interrupts while subscribed: the same errors, the subscription closed
