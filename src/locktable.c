@@ -65,6 +65,8 @@ typedef struct LockTable
 	int			used;
 	int			freelist;		/* the first free entry, -1 for none */
 	uint64		last_id;
+	pg_atomic_uint32 wake_changes;	/* counts the worker listens asked for
+									 * and ended (locktable_wake_changes) */
 	int			nchains;		/* a power of two, at least size */
 	RedisLockEntry entries[FLEXIBLE_ARRAY_MEMBER];
 	/* then int chains[nchains]: each chain's first entry, -1 for none */
@@ -126,6 +128,7 @@ locktable_shmem_startup(void)
 		table->size = redislock_max_locks;
 		table->used = 0;
 		table->last_id = 0;
+		pg_atomic_init_u32(&table->wake_changes, 0);
 		table->nchains = chain_count();
 		for (i = 0; i < table->nchains; i++)
 			chains[i] = -1;
@@ -236,6 +239,8 @@ free_entry(RedisLockEntry *entry)
 			wake = next->procno;
 		unlink_entry(entry);
 	}
+	if (pg_atomic_read_u32(&entry->wake_asked) != 0)
+		pg_atomic_fetch_add_u32(&table->wake_changes, 1);
 	entry->id = 0;
 	entry->pid = 0;
 	entry->next = table->freelist;
@@ -586,6 +591,7 @@ locktable_wake_ask(LockTableRef ref)
 	pg_atomic_write_u32(&entry->wake_heard, 0);
 	pg_write_barrier();
 	pg_atomic_write_u32(&entry->wake_asked, last_request);
+	pg_atomic_fetch_add_u32(&table->wake_changes, 1);
 	return last_request;
 }
 
@@ -625,8 +631,22 @@ locktable_wake_take_heard(LockTableRef ref)
 void
 locktable_wake_end(LockTableRef ref)
 {
-	if (ref.index >= 0)
-		pg_atomic_write_u32(&table->entries[ref.index].wake_asked, 0);
+	if (ref.index >= 0 &&
+		pg_atomic_exchange_u32(&table->entries[ref.index].wake_asked, 0) != 0)
+		pg_atomic_fetch_add_u32(&table->wake_changes, 1);
+}
+
+/*
+ * For the worker: a number that changes whenever a listen is asked for or
+ * ended, in any database, so that the worker looks at the table only then,
+ * not at every message that wakes a waiter.  Each change is counted after
+ * the entry is written, with a full barrier: a worker that reads the
+ * number before it looks sees at least what was counted by then.
+ */
+uint32
+locktable_wake_changes(void)
+{
+	return pg_atomic_read_u32(&table->wake_changes);
 }
 
 /*

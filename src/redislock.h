@@ -266,6 +266,7 @@ extern int	locktable_wake_answer(LockTableRef ref, uint32 asked);
 extern void locktable_wake_holder_announces(LockTableRef ref, bool announces);
 extern bool locktable_wake_take_heard(LockTableRef ref);
 extern void locktable_wake_end(LockTableRef ref);
+extern uint32 locktable_wake_changes(void);
 extern void locktable_wake_reply(LockTableRef ref, uint32 asked, int hears);
 extern void locktable_wake_heard(LockTableRef ref, bool del);
 extern bool locktable_key_visible(Oid roleid);

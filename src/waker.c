@@ -705,14 +705,19 @@ look_at_requests(MemoryContext tmpcxt)
 
 /*
  * Serve the database's waiters: read what came on the subscriptions, and
- * take up the requests made and ended since the last look.  Returns how
+ * take up the requests made and ended since the last look, looking at the
+ * lock table only when some were (a hot lock's hand-off brings a message
+ * each time, and a look copies the table).  Returns how
  * many requests are served.  The caller's memory context is reset before
  * the next call; what lasts is kept in waker_cxt.
  */
 int
 waker_serve(void)
 {
+	static bool looked = false;
+	static uint32 looked_at_changes;
 	MemoryContext oldcxt;
+	uint32		changes;
 	ListCell   *lc;
 
 	if (waker_cxt == NULL)
@@ -722,7 +727,13 @@ waker_serve(void)
 	oldcxt = MemoryContextSwitchTo(waker_cxt);
 	foreach(lc, waker_nodes)
 		read_node((WakerNode *) lfirst(lc));
-	look_at_requests(oldcxt);
+	changes = locktable_wake_changes();
+	if (!looked || changes != looked_at_changes)
+	{
+		looked = true;
+		looked_at_changes = changes;
+		look_at_requests(oldcxt);
+	}
 	foreach(lc, waker_nodes)
 		flush_node((WakerNode *) lfirst(lc));
 	MemoryContextSwitchTo(oldcxt);
