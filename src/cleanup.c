@@ -8,10 +8,13 @@
  * a round trip: the commands are written, and their replies are read and
  * dropped at the connection's next use.  Lock releases are written at
  * once, since waiters need them; the clears of records are held back and
- * go out with the next command to their node (node_hold()).  A cluster
- * may answer such a command MOVED or ASK, so it is kept until its reply
- * comes, and sent on where the reply says.  Clean-up for a node that is
- * not connected is kept and sent first thing once it is.
+ * go out with the next command to their node (node_hold()), or inside it:
+ * a script call that deletes fields of the same hash anyway carries them
+ * (RedisCall.carries_hdels_of), so that Redis runs one command where it
+ * would run two.  A cluster may answer a clean-up command MOVED or ASK,
+ * so it is kept until its reply comes, and sent on where the reply says.
+ * Clean-up for a node that is not connected is kept and sent first thing
+ * once it is.
  *
  *-------------------------------------------------------------------------
  */
@@ -71,24 +74,44 @@ lappend_kept(List *list, RedirectableCall *kept)
 	return list;
 }
 
-/*
- * Append a command whose reply nobody waits for to the node's output, and
- * hold it back there if asked to (node_hold())
- */
+/* Append a command whose reply nobody waits for to the node's output */
 static void
-append_unwaited(RedisNode *node, const RedisCall *call, bool hold)
+append_unwaited(RedisNode *node, const RedisCall *call)
 {
 	resp_append_call(&node->out, call);
 	node->awaiting++;
 	node->sent++;
 	redis_count(node->conn, REDIS_STAT_CALLS, 1);
-	if (hold)
-		node_hold(node);
 }
 
 /*
- * Send a call whose reply nobody waits for, or, with hold, append it to
- * its node's output to go out with the next write there.  Clean-up for a
+ * Append clean-up to its node's output, preceded by ASKING if it follows
+ * an ASK redirection, and keep a copy of it if a cluster may redirect it
+ */
+static void
+append_cleanup(RedisNode *node, const RedisCall *call)
+{
+	if (call->asking)
+	{
+		RedisCall	asking;
+
+		redis_call_init(&asking, call->conn, NULL);
+		redis_call_arg(&asking, "ASKING", 6);
+		append_unwaited(node, &asking);
+	}
+	append_unwaited(node, call);
+	if (call->conn->topology->follow_redirect != NULL)
+	{
+		RedirectableCall *kept = copy_cleanup(call);
+
+		kept->seq = node->sent - 1;
+		node->redirectable = lappend_kept(node->redirectable, kept);
+	}
+}
+
+/*
+ * Send a call whose reply nobody waits for, or, with hold, keep it for its
+ * node to go out with the next write there (node_hold()).  Clean-up for a
  * node that is not connected is kept and sent first thing once it is
  * (Redis runs it before anything that this backend sends after it), so
  * that a release "on every master, answered or not" also reaches a master
@@ -110,26 +133,63 @@ send_cleanup(RedisCall *call, uint64 end_id, bool hold)
 											copy_cleanup(call));
 		return;
 	}
-	if (call->asking)
+	if (hold)
 	{
-		RedisCall	asking;
-
-		redis_call_init(&asking, call->conn, NULL);
-		redis_call_arg(&asking, "ASKING", 6);
-		append_unwaited(node, &asking, hold);
+		node_hold(node, copy_cleanup(call));
+		return;
 	}
-	append_unwaited(node, call, hold);
-	if (call->conn->topology->follow_redirect != NULL)
-	{
-		RedirectableCall *kept = copy_cleanup(call);
-
-		kept->seq = node->sent - 1;
-		node->redirectable = lappend_kept(node->redirectable, kept);
-	}
+	redis_release_held(node, NULL, 0);
+	append_cleanup(node, call);
 
 	/* a broken connection is found, and closed, by the node's next run */
-	if (!hold)
-		(void) node_flush(node);
+	(void) node_flush(node);
+}
+
+/*
+ * Does a held HDEL delete a field of the hash that call carries HDELs of,
+ * and has call room for the field?
+ */
+static bool
+can_carry(const RedisCall *call, const RedisCall *hdel)
+{
+	int			keyarg = call->carries_hdels_of - 1;
+
+	return call->argc < REDIS_CALL_MAX_ARGS &&
+		hdel->argvlen[1] == call->argvlen[keyarg] &&
+		memcmp(hdel->argv[1], call->argv[keyarg], hdel->argvlen[1]) == 0;
+}
+
+/*
+ * Put what is held back for node (node_hold()) into its output, ahead of
+ * calls that are about to be sent there, or into those calls: a call that
+ * carries the HDELs of a hash takes, as its last arguments, the fields
+ * that held HDELs would delete from it (copied into the current memory
+ * context, so that the call can be sent again).  Only clears of records
+ * are held back, each an HDEL of one field.
+ */
+void
+redis_release_held(RedisNode *node, RedisCall **calls, int ncalls)
+{
+	List	   *held = node_take_held(node);
+	ListCell   *lc;
+	int			i;
+
+	foreach(lc, held)
+	{
+		RedirectableCall *kept = lfirst(lc);
+		RedisCall  *hdel = &kept->call;
+
+		for (i = 0; i < ncalls; i++)
+			if (calls[i]->carries_hdels_of > 0 && can_carry(calls[i], hdel))
+				break;
+		if (i < ncalls)
+			redis_call_arg(calls[i], pnstrdup(hdel->argv[2], hdel->argvlen[2]),
+						   hdel->argvlen[2]);
+		else
+			append_cleanup(node, hdel);
+		pfree(kept);
+	}
+	list_free(held);
 }
 
 /* Send a call whose reply nobody waits for (see send_cleanup()) */
@@ -227,7 +287,8 @@ redis_send_deferred(RedisCall *calls, int ncalls)
  * Hold back calls whose replies nobody waits for, and whose delay costs
  * nothing (node_hold() says which): they go out with the next command to
  * their node, in the same write, and cost neither a system call nor a
- * read of Redis's of their own.
+ * read of Redis's of their own.  Each must be an HDEL of one field (see
+ * redis_release_held()).
  */
 void
 redis_hold_deferred(RedisCall *calls, int ncalls)

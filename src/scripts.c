@@ -228,17 +228,24 @@ RedisScript extend_script = {
  * that change nothing.  The record is written right after the units are
  * taken and before the buyer is marked: a failed write undoes the others,
  * and should an undo fail too, what stays is a recorded decrement, which
- * its give-back settles by its operation id.
- * KEYS: stock, operation records, buyers.  ARGV: quantity, operation id[,
- * buyer].
+ * its give-back settles by its operation id.  First, whatever follows, the
+ * records named from the fourth argument on are deleted: those of
+ * committed decrements whose clears the caller held back (cleanup.c), each
+ * of them a record that the caller may delete, or may lose the clear of.
+ * KEYS: stock, operation records, buyers.  ARGV: quantity, operation id,
+ * buyer ('' for none)[, operation ids of records to delete].
  */
 RedisScript stock_decr_script = {
 	"stock_decr",
 	UNDOABLE_WRITES
+	"if #ARGV > 3 then\n"
+	"  redis.pcall('HDEL', KEYS[2], unpack(ARGV, 4))\n"
+	"end\n"
+	"local buyer = ARGV[3] ~= '' and ARGV[3]\n"
 	"if redis.call('EXISTS', KEYS[1]) == 0 then\n"
 	"  return redis.error_reply('NOSTOCK stock key does not exist')\n"
 	"end\n"
-	"if ARGV[3] and redis.call('SISMEMBER', KEYS[3], ARGV[3]) == 1 then\n"
+	"if buyer and redis.call('SISMEMBER', KEYS[3], buyer) == 1 then\n"
 	"  return -2\n"
 	"end\n"
 	"local back = {'DECRBY', KEYS[1], '-' .. ARGV[1]}\n"
@@ -256,12 +263,12 @@ RedisScript stock_decr_script = {
 	"  return -1\n"
 	"end\n"
 	"local record = ARGV[1]\n"
-	"if ARGV[3] then\n"
-	"  record = record .. ' ' .. ARGV[3]\n"
+	"if buyer then\n"
+	"  record = record .. ' ' .. buyer\n"
 	"end\n"
 	"err = write({'HDEL', KEYS[2], ARGV[2]}, 'HSET', KEYS[2], ARGV[2], record)\n"
-	"if not err and ARGV[3] then\n"
-	"  err = write(nil, 'SADD', KEYS[3], ARGV[3])\n"
+	"if not err and buyer then\n"
+	"  err = write(nil, 'SADD', KEYS[3], buyer)\n"
 	"end\n"
 	"if err then\n"
 	"  return err\n"

@@ -13,7 +13,8 @@
  * (decisions.c), which commits or vanishes with it: that is what
  * redis_stock_recover() decides by when the backend could not.  Once the
  * commit is durable, the record is cleared, by a command that goes out
- * with the backend's next one to that Redis (send_clears()).
+ * with the backend's next one to that Redis, or inside it when that is a
+ * decrement of the same item (send_clears()).
  *
  *-------------------------------------------------------------------------
  */
@@ -490,10 +491,13 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 
 	stock_keys_call(call, decrement->conn, &decrement->keys, &stock_decr_script);
 	call->origin = decrement;
+	call->carries_hdels_of = 2; /* the clears of the item's records */
 	redis_call_int_arg(call, qty);
 	redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
 	if (buyer != NULL)
 		redis_call_arg(call, decrement->buyer, strlen(decrement->buyer));
+	else
+		redis_call_arg(call, "", 0);
 	if (decrement->conn->min_replicas > 0)
 		redis_call_wait_replicas(&calls[ncalls++], call);
 	redis_run(calls, ncalls);
@@ -580,9 +584,11 @@ queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
  * waits for the replies, and the commands are held back: they go out with
  * the next command to their node, or when the backend exits or the
  * connection closes, so that a clear costs no system call and no read of
- * Redis's of its own.  A clear that never goes out (the connection fails
- * first, or the backend is killed) leaves the record beside its committed
- * row, and redis_stock_recover() decides it committed and clears it.
+ * Redis's of its own.  The next decrement of the same item carries them in
+ * its script, where they cost Redis no command of their own either.  A
+ * clear that never goes out (the connection fails first, or the backend is
+ * killed) leaves the record beside its committed row, and
+ * redis_stock_recover() decides it committed and clears it.
  */
 static void
 send_clears(dlist_head *head)
