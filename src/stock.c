@@ -63,6 +63,7 @@ static FullTransactionId op_id_xid = {0};
  * start of the operation ids of its decrements, made once per transaction
  */
 static char op_id_start[64];
+static int	op_id_startlen;
 
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
 static dlist_head pending = DLIST_STATIC_INIT(pending);
@@ -354,20 +355,30 @@ static char *
 operation_id(void)
 {
 	FullTransactionId fxid = GetCurrentFullTransactionId();
+	char	   *op_id;
 
+	/* numbers are written by hand: a format would cost more than the rest */
 	if (!FullTransactionIdEquals(fxid, op_id_xid))
 	{
+		char	   *p = op_id_start;
+
 		op_id_xid = fxid;
-		snprintf(op_id_start, sizeof(op_id_start),
-				 UINT64_FORMAT ":%u:" UINT64_FORMAT ":",
-				 GetSystemIdentifier(), stock_current_timeline(),
-				 U64FromFullTransactionId(fxid));
+		p += pg_ulltoa_n(GetSystemIdentifier(), p);
+		*p++ = ':';
+		p += pg_ultoa_n(stock_current_timeline(), p);
+		*p++ = ':';
+		p += pg_ulltoa_n(U64FromFullTransactionId(fxid), p);
+		*p++ = ':';
+		op_id_startlen = p - op_id_start;
 	}
 	if (op_number == 0 && !pg_strong_random(&op_number, sizeof(op_number)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate a random operation number")));
-	return psprintf("%s" UINT64_FORMAT, op_id_start, op_number++);
+	op_id = palloc(op_id_startlen + MAXINT8LEN + 1);
+	memcpy(op_id, op_id_start, op_id_startlen);
+	op_id[op_id_startlen + pg_ulltoa_n(op_number++, op_id + op_id_startlen)] = '\0';
+	return op_id;
 }
 
 /*
