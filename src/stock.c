@@ -75,6 +75,20 @@ static dlist_head pending = DLIST_STATIC_INIT(pending);
 static dlist_head awaiting_flush = DLIST_STATIC_INIT(awaiting_flush);
 static MemoryContext awaiting_flush_cxt = NULL;
 
+/* Items whose keys are kept from one decrement to the next */
+#define KEPT_ITEMS	16
+
+/*
+ * The keys of the items decremented last, in TopMemoryContext: an item's
+ * Redis key, slot and siblings are the same at every decrement of it, and
+ * making them is much of what a decrement costs besides Redis.  An item is
+ * found by the server's key prefix and the user's key, with which its
+ * Redis key starts.  The pending decrements of the transaction share their
+ * item's keys, so an item is replaced only when none of them uses it.
+ */
+static StockKeys kept_items[KEPT_ITEMS];
+static int	nkept_items = 0;
+
 PG_FUNCTION_INFO_V1(redis_stock_set);
 PG_FUNCTION_INFO_V1(redis_stock_get);
 PG_FUNCTION_INFO_V1(redis_stock_incr);
@@ -381,17 +395,95 @@ operation_id(void)
 	return op_id;
 }
 
+/* Does a pending decrement use the kept keys of an item? */
+static bool
+kept_item_in_use(const StockKeys *kept)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &pending)
+		if (dlist_container(PendingDecrement, node, iter.cur)->keys.stock ==
+			kept->stock)
+			return true;
+	return false;
+}
+
+/*
+ * A place for the keys of a new item among the kept ones: a free one, or
+ * one that no pending decrement uses, emptied.  NULL when there is none.
+ */
+static StockKeys *
+free_kept_item(void)
+{
+	int			i;
+
+	if (nkept_items < KEPT_ITEMS)
+		return &kept_items[nkept_items++];
+	for (i = 0; i < KEPT_ITEMS; i++)
+	{
+		if (kept_item_in_use(&kept_items[i]))
+			continue;
+		pfree(kept_items[i].stock);
+		pfree(kept_items[i].records);
+		pfree(kept_items[i].buyers);
+		return &kept_items[i];
+	}
+	return NULL;
+}
+
+/*
+ * The keys of the item named key on conn's server, kept for the next
+ * decrement of it (see kept_items), or else made in the current memory
+ * context
+ */
+static void
+item_keys(RedisConn *conn, const text *key, StockKeys *keys)
+{
+	const char *name = VARDATA_ANY(key);
+	int			namelen = VARSIZE_ANY_EXHDR(key);
+	int			prefixlen = strlen(conn->key_prefix);
+	char	   *rkey;
+	int			rkeylen;
+	StockKeys  *kept;
+	MemoryContext oldcxt;
+	int			i;
+
+	for (i = 0; i < nkept_items; i++)
+	{
+		kept = &kept_items[i];
+		if (kept->prefixlen == prefixlen &&
+			kept->stocklen == prefixlen + namelen &&
+			memcmp(kept->stock, conn->key_prefix, prefixlen) == 0 &&
+			memcmp(kept->stock + prefixlen, name, namelen) == 0)
+		{
+			*keys = *kept;
+			return;
+		}
+	}
+	rkey = redis_key(conn->key_prefix, name, namelen, &rkeylen);
+	kept = free_kept_item();
+	if (kept == NULL)
+	{
+		stock_keys_init(keys, rkey, rkeylen, prefixlen);
+		return;
+	}
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	stock_keys_init(kept, rkey, rkeylen, prefixlen);
+	MemoryContextSwitchTo(oldcxt);
+	*keys = *kept;
+}
+
 /*
  * The record of a decrement of the key argument, made in
  * TopTransactionContext and listed before Redis is asked, so that a
- * decrement whose reply is lost is still given back at rollback.
+ * decrement whose reply is lost is still given back at rollback.  Its
+ * keys may be shared with the kept ones (see kept_items).
  */
 static PendingDecrement *
 new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 {
-	char	   *rkey;
-	int			rkeylen;
-	RedisConn  *conn = stock_key_arg(fcinfo, &rkey, &rkeylen);
+	text	   *key = redis_key_arg(fcinfo, 0);
+	RedisConn  *conn = redis_conn_current();
 	MemoryContext oldcxt;
 	PendingDecrement *decrement;
 
@@ -399,7 +491,8 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	decrement = palloc0(sizeof(PendingDecrement));
 
 	decrement->conn = conn;
-	stock_keys_init(&decrement->keys, rkey, rkeylen, strlen(conn->key_prefix));
+	item_keys(conn, key, &decrement->keys);
+	stock_require_counter_server(conn);
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);
 	decrement->op_id = operation_id();
