@@ -37,6 +37,17 @@ typedef struct RedirectableCall
 	RedisCall	call;			/* argv copied in the same allocation */
 } RedirectableCall;
 
+/*
+ * The clear of a record held back for a node (redis_hold_hdel()): an HDEL
+ * of one field, the hash's key and then the field in one allocation
+ */
+typedef struct HeldHdel
+{
+	int			keylen;
+	int			fieldlen;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} HeldHdel;
+
 /* A copy of call, with its arguments, in TopMemoryContext */
 static RedirectableCall *
 copy_cleanup(const RedisCall *call)
@@ -110,8 +121,7 @@ append_cleanup(RedisNode *node, const RedisCall *call)
 }
 
 /*
- * Send a call whose reply nobody waits for, or, with hold, keep it for its
- * node to go out with the next write there (node_hold()).  Clean-up for a
+ * Send a call whose reply nobody waits for.  Clean-up for a
  * node that is not connected is kept and sent first thing once it is
  * (Redis runs it before anything that this backend sends after it), so
  * that a release "on every master, answered or not" also reaches a master
@@ -119,8 +129,8 @@ append_cleanup(RedisNode *node, const RedisCall *call)
  * end is dropped: what it would clean up is found again later, or ends
  * with its lease.
  */
-static void
-send_cleanup(RedisCall *call, uint64 end_id, bool hold)
+void
+redis_send_cleanup(RedisCall *call, uint64 end_id)
 {
 	RedisNode  *node = call->node;
 
@@ -133,11 +143,6 @@ send_cleanup(RedisCall *call, uint64 end_id, bool hold)
 											copy_cleanup(call));
 		return;
 	}
-	if (hold)
-	{
-		node_hold(node, copy_cleanup(call));
-		return;
-	}
 	redis_release_held(node, NULL, 0);
 	append_cleanup(node, call);
 
@@ -145,27 +150,72 @@ send_cleanup(RedisCall *call, uint64 end_id, bool hold)
 	(void) node_flush(node);
 }
 
+/* The HDEL of field (fieldlen bytes) from the hash key on conn's server */
+static void
+hdel_call(RedisCall *call, RedisConn *conn, const char *key, int keylen,
+		  const char *field, int fieldlen)
+{
+	redis_call_init(call, conn, NULL);
+	redis_call_arg(call, "HDEL", 4);
+	redis_call_arg(call, key, keylen);
+	redis_call_arg(call, field, fieldlen);
+}
+
+/*
+ * Hold back the clear of a record, the HDEL of field (fieldlen bytes) from
+ * the hash key, for the node that serves key as last known: it goes out
+ * with the next command to the node, in the same write, and costs neither
+ * a system call nor a read of Redis's of its own (node_hold() says why
+ * that may be lost), or inside that command, when it is a call that
+ * carries the HDELs of key.  Held only as far as needed for that, the
+ * clear of a commit costs next to nothing.  A clear for a node that is not
+ * connected is sent as other clean-up is.
+ */
+void
+redis_hold_hdel(RedisConn *conn, const char *key, int keylen,
+				const char *field, int fieldlen)
+{
+	RedisNode  *node = redis_key_node(conn, key, keylen);
+	HeldHdel   *held;
+
+	if (!node_is_connected(node) || node->is_sentinel)
+	{
+		RedisCall	call;
+
+		hdel_call(&call, conn, key, keylen, field, fieldlen);
+		redis_call_on_node(&call, node);
+		redis_send_cleanup(&call, 0);
+		return;
+	}
+	held = MemoryContextAlloc(TopMemoryContext,
+							  offsetof(HeldHdel, data) + keylen + fieldlen);
+	held->keylen = keylen;
+	held->fieldlen = fieldlen;
+	memcpy(held->data, key, keylen);
+	memcpy(held->data + keylen, field, fieldlen);
+	node_hold(node, held);
+}
+
 /*
  * Does a held HDEL delete a field of the hash that call carries HDELs of,
  * and has call room for the field?
  */
 static bool
-can_carry(const RedisCall *call, const RedisCall *hdel)
+can_carry(const RedisCall *call, const HeldHdel *held)
 {
 	int			keyarg = call->carries_hdels_of - 1;
 
 	return call->argc < REDIS_CALL_MAX_ARGS &&
-		hdel->argvlen[1] == call->argvlen[keyarg] &&
-		memcmp(hdel->argv[1], call->argv[keyarg], hdel->argvlen[1]) == 0;
+		held->keylen == call->argvlen[keyarg] &&
+		memcmp(held->data, call->argv[keyarg], held->keylen) == 0;
 }
 
 /*
- * Put what is held back for node (node_hold()) into its output, ahead of
- * calls that are about to be sent there, or into those calls: a call that
- * carries the HDELs of a hash takes, as its last arguments, the fields
- * that held HDELs would delete from it (copied into the current memory
- * context, so that the call can be sent again).  Only clears of records
- * are held back, each an HDEL of one field.
+ * Put the clears held back for node (redis_hold_hdel()) into its output,
+ * ahead of calls that are about to be sent there, or into those calls: a
+ * call that carries the HDELs of a hash takes, as its last arguments, the
+ * fields that held HDELs would delete from it (copied into the current
+ * memory context, so that the call can be sent again).
  */
 void
 redis_release_held(RedisNode *node, RedisCall **calls, int ncalls)
@@ -176,27 +226,26 @@ redis_release_held(RedisNode *node, RedisCall **calls, int ncalls)
 
 	foreach(lc, held)
 	{
-		RedirectableCall *kept = lfirst(lc);
-		RedisCall  *hdel = &kept->call;
+		HeldHdel   *hdel = lfirst(lc);
+		const char *field = hdel->data + hdel->keylen;
 
 		for (i = 0; i < ncalls; i++)
 			if (calls[i]->carries_hdels_of > 0 && can_carry(calls[i], hdel))
 				break;
 		if (i < ncalls)
-			redis_call_arg(calls[i], pnstrdup(hdel->argv[2], hdel->argvlen[2]),
-						   hdel->argvlen[2]);
+			redis_call_arg(calls[i], pnstrdup(field, hdel->fieldlen),
+						   hdel->fieldlen);
 		else
-			append_cleanup(node, hdel);
-		pfree(kept);
+		{
+			RedisCall	call;
+
+			hdel_call(&call, node->conn, hdel->data, hdel->keylen, field,
+					  hdel->fieldlen);
+			append_cleanup(node, &call);
+		}
+		pfree(hdel);
 	}
 	list_free(held);
-}
-
-/* Send a call whose reply nobody waits for (see send_cleanup()) */
-void
-redis_send_cleanup(RedisCall *call, uint64 end_id)
-{
-	send_cleanup(call, end_id, false);
 }
 
 /* Send the clean-up kept for node while it was not connected */
@@ -252,13 +301,14 @@ redis_drop_reply(RedisNode *node, redisReply *reply)
 }
 
 /*
- * Send calls whose replies nobody waits for, or hold them back (see
- * send_cleanup()).  Calls go where the server's last known map or master
- * says, without asking; those a cluster redirects are sent again when the
+ * Send calls whose replies nobody waits for (clean-up after commit): they
+ * cost no round trip now, and their replies are dropped when the node is
+ * next used.  Calls go where the server's last known map or master says,
+ * without asking; those a cluster redirects are sent again when the
  * redirection is read.
  */
-static void
-send_deferred(RedisCall *calls, int ncalls, bool hold)
+void
+redis_send_deferred(RedisCall *calls, int ncalls)
 {
 	int			npending;
 	RedisCall **pending = redis_expand_calls(calls, ncalls, &npending);
@@ -266,32 +316,8 @@ send_deferred(RedisCall *calls, int ncalls, bool hold)
 
 	redis_route_calls(pending, npending);
 	for (i = 0; i < npending; i++)
-		send_cleanup(pending[i], 0, hold);
+		redis_send_cleanup(pending[i], 0);
 	for (i = 0; i < ncalls; i++)
 		calls[i].quorum = NULL;
 	pfree(pending);
-}
-
-/*
- * Send calls whose replies nobody waits for (clean-up after commit): they
- * cost no round trip now, and their replies are dropped when the node is
- * next used.
- */
-void
-redis_send_deferred(RedisCall *calls, int ncalls)
-{
-	send_deferred(calls, ncalls, false);
-}
-
-/*
- * Hold back calls whose replies nobody waits for, and whose delay costs
- * nothing (node_hold() says which): they go out with the next command to
- * their node, in the same write, and cost neither a system call nor a
- * read of Redis's of their own.  Each must be an HDEL of one field (see
- * redis_release_held()).
- */
-void
-redis_hold_deferred(RedisCall *calls, int ncalls)
-{
-	send_deferred(calls, ncalls, true);
 }

@@ -199,7 +199,8 @@ extern bool redis_run_until(RedisCall *calls, int ncalls,
 
 /* Calls whose replies nobody waits for (cleanup.c) */
 extern void redis_send_deferred(RedisCall *calls, int ncalls);
-extern void redis_hold_deferred(RedisCall *calls, int ncalls);
+extern void redis_hold_hdel(struct RedisConn *conn, const char *key,
+							int keylen, const char *field, int fieldlen);
 extern void redis_send_cleanup(RedisCall *call, uint64 end_id);
 extern void redis_send_queued_cleanup(RedisNode *node);
 extern void redis_release_held(RedisNode *node, RedisCall **calls,

@@ -697,24 +697,17 @@ queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
 static void
 send_clears(dlist_head *head)
 {
-	RedisCall  *calls;
-	int			ncalls = 0;
 	dlist_iter	iter;
 
-	dlist_foreach(iter, head)
-		ncalls++;
-	calls = palloc(sizeof(RedisCall) * ncalls);
-	ncalls = 0;
 	dlist_foreach(iter, head)
 	{
 		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
 													  iter.cur);
 
-		stock_clear_record_call(&calls[ncalls++], decrement->conn,
-								&decrement->keys, decrement->op_id);
+		redis_hold_hdel(decrement->conn, decrement->keys.records,
+						decrement->keys.recordslen, decrement->op_id,
+						strlen(decrement->op_id));
 	}
-	redis_hold_deferred(calls, ncalls);
-	pfree(calls);
 }
 
 /*
