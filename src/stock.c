@@ -803,7 +803,8 @@ stock_end_xact(RedisBatch *batch, bool commit)
 	clear_flushed_records();
 	if (commit && !dlist_is_empty(&pending))
 	{
-		if (XactLastCommitEnd <= GetFlushRecPtr(NULL))
+		/* after a synchronous commit, without a look at shared memory */
+		if (!XLogNeedsFlush(XactLastCommitEnd))
 		{
 			send_clears(&pending);
 			dlist_foreach_modify(iter, &pending)
