@@ -322,9 +322,9 @@ queue_call(NodeRun *run, RedisCall *call)
 }
 
 /*
- * Queue a run's calls behind anything still pending, and behind or inside
- * them what is held back for the node, each preceded by what it needs (its
- * script loaded, ASKING), and start writing.
+ * Queue a run's calls behind anything still pending, with what is held
+ * back for the node ahead of them or inside them, each preceded by what it
+ * needs (its script loaded, ASKING), and start writing.
  */
 static void
 send_run(NodeRun *run)

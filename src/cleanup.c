@@ -121,13 +121,13 @@ append_cleanup(RedisNode *node, const RedisCall *call)
 }
 
 /*
- * Send a call whose reply nobody waits for.  Clean-up for a
- * node that is not connected is kept and sent first thing once it is
- * (Redis runs it before anything that this backend sends after it), so
- * that a release "on every master, answered or not" also reaches a master
- * whose connection closed.  Clean-up for a node that failed during this
- * end is dropped: what it would clean up is found again later, or ends
- * with its lease.
+ * Send a call whose reply nobody waits for, after what is held back for
+ * its node.  Clean-up for a node that is not connected is kept and sent
+ * first thing once it is (Redis runs it before anything that this backend
+ * sends after it), so that a release "on every master, answered or not"
+ * also reaches a master whose connection closed.  Clean-up for a node that
+ * failed during this end is dropped: what it would clean up is found again
+ * later, or ends with its lease.
  */
 void
 redis_send_cleanup(RedisCall *call, uint64 end_id)
@@ -167,9 +167,9 @@ hdel_call(RedisCall *call, RedisConn *conn, const char *key, int keylen,
  * with the next command to the node, in the same write, and costs neither
  * a system call nor a read of Redis's of its own (node_hold() says why
  * that may be lost), or inside that command, when it is a call that
- * carries the HDELs of key.  Held only as far as needed for that, the
- * clear of a commit costs next to nothing.  A clear for a node that is not
- * connected is sent as other clean-up is.
+ * carries the HDELs of key.  It is kept as its key and field only, so that
+ * holding it costs a commit next to nothing.  A clear for a node that is
+ * not connected is sent as other clean-up is.
  */
 void
 redis_hold_hdel(RedisConn *conn, const char *key, int keylen,

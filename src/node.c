@@ -840,10 +840,10 @@ node_is_connected(const RedisNode *node)
 
 /*
  * Has the peer closed a connection that carries nothing of ours?  Redis
- * closes idle clients (its
- * timeout setting), restarts and CLIENT KILL do too, and a NAT may drop an
- * idle flow: the socket tells, without a round trip.  Bytes that nobody
- * asked for mean the stream cannot be trusted either.
+ * closes idle clients (its timeout setting), restarts and CLIENT KILL do
+ * too, and a NAT may drop an idle flow: the socket tells, without a round
+ * trip.  Bytes that nobody asked for mean the stream cannot be trusted
+ * either.
  */
 bool
 node_peer_closed(RedisNode *node)
