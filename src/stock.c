@@ -370,6 +370,7 @@ operation_id(void)
 {
 	FullTransactionId fxid = GetCurrentFullTransactionId();
 	char	   *op_id;
+	int			len;
 
 	/* numbers are written by hand: a format would cost more than the rest */
 	if (!FullTransactionIdEquals(fxid, op_id_xid))
@@ -391,7 +392,8 @@ operation_id(void)
 				 errmsg("could not generate a random operation number")));
 	op_id = palloc(op_id_startlen + MAXINT8LEN + 1);
 	memcpy(op_id, op_id_start, op_id_startlen);
-	op_id[op_id_startlen + pg_ulltoa_n(op_number++, op_id + op_id_startlen)] = '\0';
+	len = op_id_startlen + pg_ulltoa_n(op_number++, op_id + op_id_startlen);
+	op_id[len] = '\0';
 	return op_id;
 }
 
