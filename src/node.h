@@ -118,7 +118,7 @@ extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 					  TimestampTz deadline, int elevel);
 
 /* A Redis command, or a script call, and the reply copied out of hiredis */
-#define REDIS_CALL_MAX_ARGS 16
+#define REDIS_CALL_MAX_ARGS 8
 
 typedef struct RedisCall
 {
