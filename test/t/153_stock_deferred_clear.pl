@@ -12,6 +12,7 @@
 #   record as committed.
 # - The session's next decrement of the same item carries the clear in its
 #   script: Redis runs one command, whose first step deletes the record.
+#   Clears it has no room for go out ahead of it.
 use strict;
 use warnings;
 
@@ -151,6 +152,16 @@ is( join(' ', @commands),
 	'EVALSHA lua:HDEL lua:EXISTS lua:SISMEMBER lua:DECRBY lua:HSET lua:SADD',
 	'Redis runs one command, the script, which deletes the held record first');
 is(recorded_buyers(), 'b8', 'the first decrement\'s record is cleared');
+
+# --- more clears than a decrement has room for: the rest go ahead of it
+($out, $err) = session_query($s,
+	"BEGIN; SELECT redis_stock_decr('h', 1, 'c' || i) FROM generate_series(1, 5) i; COMMIT");
+is($err, '', 'a transaction of five decrements of the item commits');
+is(recorded_buyers(), 'c1 c2 c3 c4 c5',
+	'their records wait, and the first of them carried the clear before');
+($out, $err) = session_query($s, "SELECT redis_stock_decr('h', 1, 'c6')");
+is("$out$err", '6', 'the next decrement');
+is(recorded_buyers(), 'c6', 'clears them all');
 $s->quit;
 
 $node->stop;
