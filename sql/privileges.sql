@@ -28,6 +28,40 @@ SELECT redis_stock_set('priv:s', 5);
 SELECT redis_stock_decr('priv:s');
 RESET ROLE;
 
+-- USAGE, once found, is asked again after any change that may take it away
+SET ROLE regress_rl_user;
+SELECT redis_stock_get('priv:s') >= 0 AS allowed;
+RESET ROLE;
+REVOKE USAGE ON FOREIGN SERVER redislock FROM regress_rl_user;
+SET ROLE regress_rl_user;
+SELECT redis_stock_get('priv:s');
+RESET ROLE;
+CREATE ROLE regress_rl_buyers;
+GRANT USAGE ON FOREIGN SERVER redislock TO regress_rl_buyers;
+GRANT regress_rl_buyers TO regress_rl_user;
+SET ROLE regress_rl_user;
+SELECT redis_stock_get('priv:s') >= 0 AS allowed_as_member;
+RESET ROLE;
+ALTER ROLE regress_rl_user NOINHERIT;
+SET ROLE regress_rl_user;
+SELECT redis_stock_get('priv:s');
+RESET ROLE;
+ALTER ROLE regress_rl_user INHERIT;
+REVOKE regress_rl_buyers FROM regress_rl_user;
+SET ROLE regress_rl_user;
+SELECT redis_stock_get('priv:s');
+RESET ROLE;
+-- a SECURITY DEFINER function uses its owner's privileges, not the caller's
+CREATE FUNCTION regress_rl_owned_get() RETURNS bigint
+  LANGUAGE sql SECURITY DEFINER AS $$ SELECT redis_stock_get('priv:s') $$;
+ALTER FUNCTION regress_rl_owned_get() OWNER TO regress_rl_user;
+SELECT redis_stock_get('priv:s') >= 0 AS allowed_as_superuser;
+SELECT regress_rl_owned_get();
+DROP FUNCTION regress_rl_owned_get();
+REVOKE USAGE ON FOREIGN SERVER redislock FROM regress_rl_buyers;
+DROP ROLE regress_rl_buyers;
+GRANT USAGE ON FOREIGN SERVER redislock TO regress_rl_user;
+
 -- the extension is not trusted
 SELECT DISTINCT trusted FROM pg_available_extension_versions WHERE name = 'redislock';
 

@@ -118,3 +118,19 @@ COMMIT;
 SELECT redis_stock_get('stock:restocked') AS still_exactly_set;
 SELECT redis_stock_decr('stock:restocked', 1, 'gina') AS gina_again;
 SELECT redis_stock_decr('stock:restocked', 1, 'hal') AS hal_again;
+
+-- a transaction that decrements more items than a backend keeps the keys
+-- of gives each back by its own keys, and so does the next one
+SELECT count(redis_stock_set('stock:many:' || i, 5)) FROM generate_series(1, 40) i;
+BEGIN;
+SELECT sum(redis_stock_decr('stock:many:' || i, 2)) AS left_in_20
+  FROM generate_series(1, 20) i;
+ROLLBACK;
+BEGIN;
+SELECT sum(redis_stock_decr('stock:many:' || i, 1)) AS left_in_40
+  FROM generate_series(1, 40) i;
+ROLLBACK;
+SELECT sum(redis_stock_decr('stock:many:' || i, 3)) AS left_after_commit
+  FROM generate_series(1, 40) i;
+SELECT sum(redis_stock_get('stock:many:' || i)) AS left_exactly
+  FROM generate_series(1, 40) i;

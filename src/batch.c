@@ -322,8 +322,9 @@ queue_call(NodeRun *run, RedisCall *call)
 }
 
 /*
- * Queue a run's calls behind anything still pending, each preceded by what
- * it needs (its script loaded, ASKING), and start writing.
+ * Queue a run's calls behind anything still pending, with what is held
+ * back for the node ahead of them or inside them, each preceded by what it
+ * needs (its script loaded, ASKING), and start writing.
  */
 static void
 send_run(NodeRun *run)
@@ -333,6 +334,7 @@ send_run(NodeRun *run)
 	int			i;
 
 	node->checked = false;
+	redis_release_held(node, run->wanted, run->nwanted);
 	node->deferred = node->awaiting;
 	redis_count(node->conn, REDIS_STAT_ROUND_TRIPS, 1);
 	for (i = 0; i < run->nwanted; i++)

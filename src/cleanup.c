@@ -8,10 +8,13 @@
  * a round trip: the commands are written, and their replies are read and
  * dropped at the connection's next use.  Lock releases are written at
  * once, since waiters need them; the clears of records are held back and
- * go out with the next command to their node (node_hold()).  A cluster
- * may answer such a command MOVED or ASK, so it is kept until its reply
- * comes, and sent on where the reply says.  Clean-up for a node that is
- * not connected is kept and sent first thing once it is.
+ * go out with the next command to their node (node_hold()), or inside it:
+ * a script call that deletes fields of the same hash anyway carries them
+ * (RedisCall.carries_hdels_of), so that Redis runs one command where it
+ * would run two.  A cluster may answer a clean-up command MOVED or ASK,
+ * so it is kept until its reply comes, and sent on where the reply says.
+ * Clean-up for a node that is not connected is kept and sent first thing
+ * once it is.
  *
  *-------------------------------------------------------------------------
  */
@@ -33,6 +36,17 @@ typedef struct RedirectableCall
 	uint64		seq;			/* its number among the node's commands */
 	RedisCall	call;			/* argv copied in the same allocation */
 } RedirectableCall;
+
+/*
+ * The clear of a record held back for a node (redis_hold_hdel()): an HDEL
+ * of one field, the hash's key and then the field in one allocation
+ */
+typedef struct HeldHdel
+{
+	int			keylen;
+	int			fieldlen;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} HeldHdel;
 
 /* A copy of call, with its arguments, in TopMemoryContext */
 static RedirectableCall *
@@ -71,33 +85,52 @@ lappend_kept(List *list, RedirectableCall *kept)
 	return list;
 }
 
-/*
- * Append a command whose reply nobody waits for to the node's output, and
- * hold it back there if asked to (node_hold())
- */
+/* Append a command whose reply nobody waits for to the node's output */
 static void
-append_unwaited(RedisNode *node, const RedisCall *call, bool hold)
+append_unwaited(RedisNode *node, const RedisCall *call)
 {
 	resp_append_call(&node->out, call);
 	node->awaiting++;
 	node->sent++;
 	redis_count(node->conn, REDIS_STAT_CALLS, 1);
-	if (hold)
-		node_hold(node);
 }
 
 /*
- * Send a call whose reply nobody waits for, or, with hold, append it to
- * its node's output to go out with the next write there.  Clean-up for a
- * node that is not connected is kept and sent first thing once it is
- * (Redis runs it before anything that this backend sends after it), so
- * that a release "on every master, answered or not" also reaches a master
- * whose connection closed.  Clean-up for a node that failed during this
- * end is dropped: what it would clean up is found again later, or ends
- * with its lease.
+ * Append clean-up to its node's output, preceded by ASKING if it follows
+ * an ASK redirection, and keep a copy of it if a cluster may redirect it
  */
 static void
-send_cleanup(RedisCall *call, uint64 end_id, bool hold)
+append_cleanup(RedisNode *node, const RedisCall *call)
+{
+	if (call->asking)
+	{
+		RedisCall	asking;
+
+		redis_call_init(&asking, call->conn, NULL);
+		redis_call_arg(&asking, "ASKING", 6);
+		append_unwaited(node, &asking);
+	}
+	append_unwaited(node, call);
+	if (call->conn->topology->follow_redirect != NULL)
+	{
+		RedirectableCall *kept = copy_cleanup(call);
+
+		kept->seq = node->sent - 1;
+		node->redirectable = lappend_kept(node->redirectable, kept);
+	}
+}
+
+/*
+ * Send a call whose reply nobody waits for, after what is held back for
+ * its node.  Clean-up for a node that is not connected is kept and sent
+ * first thing once it is (Redis runs it before anything that this backend
+ * sends after it), so that a release "on every master, answered or not"
+ * also reaches a master whose connection closed.  Clean-up for a node that
+ * failed during this end is dropped: what it would clean up is found again
+ * later, or ends with its lease.
+ */
+void
+redis_send_cleanup(RedisCall *call, uint64 end_id)
 {
 	RedisNode  *node = call->node;
 
@@ -110,33 +143,109 @@ send_cleanup(RedisCall *call, uint64 end_id, bool hold)
 											copy_cleanup(call));
 		return;
 	}
-	if (call->asking)
-	{
-		RedisCall	asking;
-
-		redis_call_init(&asking, call->conn, NULL);
-		redis_call_arg(&asking, "ASKING", 6);
-		append_unwaited(node, &asking, hold);
-	}
-	append_unwaited(node, call, hold);
-	if (call->conn->topology->follow_redirect != NULL)
-	{
-		RedirectableCall *kept = copy_cleanup(call);
-
-		kept->seq = node->sent - 1;
-		node->redirectable = lappend_kept(node->redirectable, kept);
-	}
+	redis_release_held(node, NULL, 0);
+	append_cleanup(node, call);
 
 	/* a broken connection is found, and closed, by the node's next run */
-	if (!hold)
-		(void) node_flush(node);
+	(void) node_flush(node);
 }
 
-/* Send a call whose reply nobody waits for (see send_cleanup()) */
-void
-redis_send_cleanup(RedisCall *call, uint64 end_id)
+/* The HDEL of field (fieldlen bytes) from the hash key on conn's server */
+static void
+hdel_call(RedisCall *call, RedisConn *conn, const char *key, int keylen,
+		  const char *field, int fieldlen)
 {
-	send_cleanup(call, end_id, false);
+	redis_call_init(call, conn, NULL);
+	redis_call_arg(call, "HDEL", 4);
+	redis_call_arg(call, key, keylen);
+	redis_call_arg(call, field, fieldlen);
+}
+
+/*
+ * Hold back the clear of a record, the HDEL of field (fieldlen bytes) from
+ * the hash key, for the node that serves key as last known: it goes out
+ * with the next command to the node, in the same write, and costs neither
+ * a system call nor a read of Redis's of its own (node_hold() says why
+ * that may be lost), or inside that command, when it is a call that
+ * carries the HDELs of key.  It is kept as its key and field only, so that
+ * holding it costs a commit next to nothing.  A clear for a node that is
+ * not connected is sent as other clean-up is.
+ */
+void
+redis_hold_hdel(RedisConn *conn, const char *key, int keylen,
+				const char *field, int fieldlen)
+{
+	RedisNode  *node = redis_key_node(conn, key, keylen);
+	HeldHdel   *held;
+
+	if (!node_is_connected(node) || node->is_sentinel)
+	{
+		RedisCall	call;
+
+		hdel_call(&call, conn, key, keylen, field, fieldlen);
+		redis_call_on_node(&call, node);
+		redis_send_cleanup(&call, 0);
+		return;
+	}
+	held = MemoryContextAlloc(TopMemoryContext,
+							  offsetof(HeldHdel, data) + keylen + fieldlen);
+	held->keylen = keylen;
+	held->fieldlen = fieldlen;
+	memcpy(held->data, key, keylen);
+	memcpy(held->data + keylen, field, fieldlen);
+	node_hold(node, held);
+}
+
+/*
+ * Does a held HDEL delete a field of the hash that call carries HDELs of,
+ * and has call room for the field?
+ */
+static bool
+can_carry(const RedisCall *call, const HeldHdel *held)
+{
+	int			keyarg = call->carries_hdels_of - 1;
+
+	return call->argc < REDIS_CALL_MAX_ARGS &&
+		held->keylen == call->argvlen[keyarg] &&
+		memcmp(held->data, call->argv[keyarg], held->keylen) == 0;
+}
+
+/*
+ * Put the clears held back for node (redis_hold_hdel()) into its output,
+ * ahead of calls that are about to be sent there, or into those calls: a
+ * call that carries the HDELs of a hash takes, as its last arguments, the
+ * fields that held HDELs would delete from it (copied into the current
+ * memory context, so that the call can be sent again).
+ */
+void
+redis_release_held(RedisNode *node, RedisCall **calls, int ncalls)
+{
+	List	   *held = node_take_held(node);
+	ListCell   *lc;
+	int			i;
+
+	foreach(lc, held)
+	{
+		HeldHdel   *hdel = lfirst(lc);
+		const char *field = hdel->data + hdel->keylen;
+
+		for (i = 0; i < ncalls; i++)
+			if (calls[i]->carries_hdels_of > 0 && can_carry(calls[i], hdel))
+				break;
+		if (i < ncalls)
+			redis_call_arg(calls[i], pnstrdup(field, hdel->fieldlen),
+						   hdel->fieldlen);
+		else
+		{
+			RedisCall	call;
+
+			hdel_call(&call, node->conn, hdel->data, hdel->keylen, field,
+					  hdel->fieldlen);
+			append_cleanup(node, &call);
+		}
+		pfree(hdel);
+	}
+	list_free(held);
 }
 
 /* Send the clean-up kept for node while it was not connected */
@@ -192,13 +301,14 @@ redis_drop_reply(RedisNode *node, redisReply *reply)
 }
 
 /*
- * Send calls whose replies nobody waits for, or hold them back (see
- * send_cleanup()).  Calls go where the server's last known map or master
- * says, without asking; those a cluster redirects are sent again when the
+ * Send calls whose replies nobody waits for (clean-up after commit): they
+ * cost no round trip now, and their replies are dropped when the node is
+ * next used.  Calls go where the server's last known map or master says,
+ * without asking; those a cluster redirects are sent again when the
  * redirection is read.
  */
-static void
-send_deferred(RedisCall *calls, int ncalls, bool hold)
+void
+redis_send_deferred(RedisCall *calls, int ncalls)
 {
 	int			npending;
 	RedisCall **pending = redis_expand_calls(calls, ncalls, &npending);
@@ -206,31 +316,8 @@ send_deferred(RedisCall *calls, int ncalls, bool hold)
 
 	redis_route_calls(pending, npending);
 	for (i = 0; i < npending; i++)
-		send_cleanup(pending[i], 0, hold);
+		redis_send_cleanup(pending[i], 0);
 	for (i = 0; i < ncalls; i++)
 		calls[i].quorum = NULL;
 	pfree(pending);
-}
-
-/*
- * Send calls whose replies nobody waits for (clean-up after commit): they
- * cost no round trip now, and their replies are dropped when the node is
- * next used.
- */
-void
-redis_send_deferred(RedisCall *calls, int ncalls)
-{
-	send_deferred(calls, ncalls, false);
-}
-
-/*
- * Hold back calls whose replies nobody waits for, and whose delay costs
- * nothing (node_hold() says which): they go out with the next command to
- * their node, in the same write, and cost neither a system call nor a
- * read of Redis's of their own.
- */
-void
-redis_hold_deferred(RedisCall *calls, int ncalls)
-{
-	send_deferred(calls, ncalls, true);
 }

@@ -8,7 +8,8 @@
  * A change of the server or user mapping closes the entry's connection as
  * soon as nothing of it is in use (when the backend processes the
  * invalidation, or else at the end of the transaction that uses it), and
- * the next use reads the options again.
+ * the next use reads the options again.  The users found allowed to use a
+ * server are remembered until a catalog change could make them not.
  *
  *-------------------------------------------------------------------------
  */
@@ -40,6 +41,26 @@ static dlist_head connections = DLIST_STATIC_INIT(connections);
  */
 static char server_name_resolved[NAMEDATALEN];
 static Oid	server_oid_resolved = InvalidOid;
+
+/* A user found to have USAGE on a server */
+typedef struct UsageGrant
+{
+	Oid			serverid;
+	Oid			userid;
+} UsageGrant;
+
+/*
+ * The UsageGrants found so far, in TopMemoryContext: checking the ACL,
+ * with the role memberships it takes, costs more than the rest of finding
+ * the connection.  Forgotten on any change of a server (its ACL or owner),
+ * of a role or of role membership, or of a database (the owner that
+ * pg_database_owner stands for): the same catalog changes that make
+ * PostgreSQL's own ACL checks look again.
+ */
+static List *usage_grants = NIL;
+
+/* How often usage_grants was forgotten: a check that saw it happen is stale */
+static uint64 usage_grants_forgotten = 0;
 
 PG_FUNCTION_INFO_V1(redis_connections);
 PG_FUNCTION_INFO_V1(redis_disconnect);
@@ -81,12 +102,28 @@ invalidate_connections(Datum arg, int cacheid, uint32 hashvalue)
 	}
 }
 
+/* A catalog change that may take USAGE away: check every user again */
+static void
+forget_usage_grants(Datum arg, int cacheid, uint32 hashvalue)
+{
+	list_free_deep(usage_grants);
+	usage_grants = NIL;
+	usage_grants_forgotten++;
+}
+
 void
 redislock_init_connections(void)
 {
 	CacheRegisterSyscacheCallback(FOREIGNSERVEROID, invalidate_connections,
 								  (Datum) 0);
 	CacheRegisterSyscacheCallback(USERMAPPINGOID, invalidate_connections,
+								  (Datum) 0);
+	CacheRegisterSyscacheCallback(FOREIGNSERVEROID, forget_usage_grants,
+								  (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHOID, forget_usage_grants, (Datum) 0);
+	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, forget_usage_grants,
+								  (Datum) 0);
+	CacheRegisterSyscacheCallback(DATABASEOID, forget_usage_grants,
 								  (Datum) 0);
 }
 
@@ -207,16 +244,49 @@ new_connection(ForeignServer *server, Oid userid)
 	return conn;
 }
 
+/* Was userid found allowed to use serverid, since the last change? */
+static bool
+usage_granted(Oid serverid, Oid userid)
+{
+	ListCell   *lc;
+
+	foreach(lc, usage_grants)
+	{
+		UsageGrant *grant = lfirst(lc);
+
+		if (grant->serverid == serverid && grant->userid == userid)
+			return true;
+	}
+	return false;
+}
+
+static void
+remember_usage_grant(Oid serverid, Oid userid)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	UsageGrant *grant = palloc(sizeof(UsageGrant));
+
+	grant->serverid = serverid;
+	grant->userid = userid;
+	usage_grants = lappend(usage_grants, grant);
+	MemoryContextSwitchTo(oldcxt);
+}
+
 /*
- * Check that the current user may use the server.  Privileges are checked
- * on every call, as role membership can change without any catalog event
- * we would see.
+ * Check that the current user may use the server.  The current user is
+ * asked for each time (SET ROLE and SECURITY DEFINER change it); whether
+ * it may is remembered until a catalog change could alter the answer (see
+ * usage_grants), which the backend learns when PostgreSQL's own checks
+ * would see the change.
  */
 static void
 check_server_usage(Oid serverid, const char *servername)
 {
+	uint64		forgotten = usage_grants_forgotten;
 	AclResult	aclresult;
 
+	if (usage_granted(serverid, GetUserId()))
+		return;
 #if PG_VERSION_NUM >= 160000
 	aclresult = object_aclcheck(ForeignServerRelationId, serverid,
 								GetUserId(), ACL_USAGE);
@@ -230,6 +300,9 @@ check_server_usage(Oid serverid, const char *servername)
 				 errhint("An administrator can allow its use with GRANT USAGE ON FOREIGN SERVER %s TO %s.",
 						 quote_identifier(servername),
 						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
+	/* a change that came while the catalog was read may have been missed */
+	if (usage_grants_forgotten == forgotten)
+		remember_usage_grant(serverid, GetUserId());
 }
 
 /*

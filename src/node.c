@@ -22,10 +22,10 @@
  * slice ends.  Waits over several nodes, waits to write, and the last
  * slice before a deadline use the latch machinery.
  *
- * Clean-up that nobody waits for may be held back in a node's output (see
+ * Clean-up that nobody waits for may be held back for a node (see
  * node_hold()): it then costs no system call of its own, and goes out with
- * the next write to the node, or when the node is closed or the backend
- * exits.
+ * the next write to the node, or in the next command that can carry it,
+ * or when the node is closed or the backend exits.
  *
  * Looking up a host name is the one step whose wait the extension does not
  * bound: getaddrinfo() waits for the resolver as long as the resolver's own
@@ -769,7 +769,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 	if (node->connect_error != NULL)
 		pfree(node->connect_error);
 	node->connect_error = NULL;
-	Assert(node->held == 0);
+	Assert(node->held == NIL);
 	node->reader = redisReaderCreate();
 	node->awaiting = 0;
 	node->deferred = 0;
@@ -791,8 +791,11 @@ node_disconnect(RedisNode *node)
 {
 	if (node->sock == PGINVALID_SOCKET)
 		return;
-	if (node->held > 0)
+	if (node->held != NIL)
+	{
+		redis_release_held(node, NULL, 0);
 		(void) node_flush(node);
+	}
 	leave_shared_wait(node);
 	FreeWaitEventSet(node->waitset);
 	node->waitset = NULL;
@@ -836,11 +839,11 @@ node_is_connected(const RedisNode *node)
 }
 
 /*
- * Has the peer closed a connection that carries nothing of ours (commands
- * held back have not been written)?  Redis closes idle clients (its
- * timeout setting), restarts and CLIENT KILL do too, and a NAT may drop an
- * idle flow: the socket tells, without a round trip.  Bytes that nobody
- * asked for mean the stream cannot be trusted either.
+ * Has the peer closed a connection that carries nothing of ours?  Redis
+ * closes idle clients (its timeout setting), restarts and CLIENT KILL do
+ * too, and a NAT may drop an idle flow: the socket tells, without a round
+ * trip.  Bytes that nobody asked for mean the stream cannot be trusted
+ * either.
  */
 bool
 node_peer_closed(RedisNode *node)
@@ -848,7 +851,7 @@ node_peer_closed(RedisNode *node)
 	char		c;
 	ssize_t		n;
 
-	if (node->awaiting > node->held)
+	if (node->awaiting > 0)
 		return false;
 	n = recv(node->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 	return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK ||
@@ -856,31 +859,41 @@ node_peer_closed(RedisNode *node)
 }
 
 /*
- * Hold back the command just appended to the node's output, which nobody
- * waits for: it goes out with the next write to the node, in the same
- * system call, and Redis reads it with what follows in one read.  That is
- * for clean-up whose delay costs nothing but a record kept a little
- * longer.  A held command may be lost, when the connection fails or the
- * peer has closed it before the next write, so it must be one whose loss
- * is made good otherwise: a decrement's record that is not cleared stays
- * beside its committed row, and redis_stock_recover() clears it.
+ * Hold back a command for the node, which nobody waits for, kept as the
+ * caller made it (in TopMemoryContext): it is encoded and goes out ahead
+ * of the next write to the node, in the same system call, and Redis reads
+ * it with what follows in one read; or a command of the next write carries
+ * it (cleanup.c says which).  That is for clean-up whose delay costs
+ * nothing but a record kept a little longer.  A held command may be lost,
+ * when the connection fails or the peer has closed it before the next
+ * write, so it must be one whose loss is made good otherwise: a
+ * decrement's record that is not cleared stays beside its committed row,
+ * and redis_stock_recover() clears it.
  */
 void
-node_hold(RedisNode *node)
+node_hold(RedisNode *node, void *command)
 {
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+
 	Assert(node_is_connected(node));
-	if (node->held++ == 0)
+	if (node->held == NIL)
 		dlist_push_tail(&holding_nodes, &node->held_link);
+	node->held = lappend(node->held, command);
+	MemoryContextSwitchTo(oldcxt);
 }
 
-/* The node's output holds nothing back any more: it is being written */
-static void
-release_held(RedisNode *node)
+/* Take the commands held back for the node, which holds none after */
+List *
+node_take_held(RedisNode *node)
 {
-	if (node->held == 0)
-		return;
-	node->held = 0;
-	dlist_delete(&node->held_link);
+	List	   *held = node->held;
+
+	if (held != NIL)
+	{
+		node->held = NIL;
+		dlist_delete(&node->held_link);
+	}
+	return held;
 }
 
 /*
@@ -893,7 +906,12 @@ node_flush_held(void)
 	dlist_mutable_iter iter;
 
 	dlist_foreach_modify(iter, &holding_nodes)
-		(void) node_flush(dlist_container(RedisNode, held_link, iter.cur));
+	{
+		RedisNode  *node = dlist_container(RedisNode, held_link, iter.cur);
+
+		redis_release_held(node, NULL, 0);
+		(void) node_flush(node);
+	}
 }
 
 /*
@@ -903,7 +921,6 @@ node_flush_held(void)
 bool
 node_flush(RedisNode *node)
 {
-	release_held(node);
 	while (node->out_sent < node->out.len)
 	{
 		ssize_t		n = send(node->sock, node->out.data + node->out_sent,
@@ -979,12 +996,6 @@ node_receive(RedisNode *node, bool *closed)
 		*closed = node->read_closed;
 		errno = node->read_errno;
 		return node->read_ok;
-	}
-	/* no reply can come for commands not written yet */
-	if (node->held > 0 && node->held == node->awaiting)
-	{
-		*closed = false;
-		return true;
 	}
 	return receive_from(node, MSG_DONTWAIT, closed, &got);
 }

@@ -74,8 +74,8 @@ typedef struct RedisNode
 	int			out_sent;		/* bytes of out already written */
 	int			awaiting;		/* replies sent for and not read */
 	uint64		sent;			/* commands sent since connecting */
-	int			held;			/* the last of those, held back in out
-								 * until something else is written */
+	List	   *held;			/* clean-up held back, not encoded yet: it
+								 * goes out before what is next written */
 	dlist_node	held_link;		/* in the list of nodes holding commands */
 	List	   *redirectable;	/* clean-up sent after commit to a cluster
 								 * node, whose reply may redirect it */
@@ -105,7 +105,8 @@ extern void node_destroy(RedisNode *node);
 extern bool node_is_connected(const RedisNode *node);
 extern bool node_peer_closed(RedisNode *node);
 extern bool node_flush(RedisNode *node);
-extern void node_hold(RedisNode *node);
+extern void node_hold(RedisNode *node, void *command);
+extern List *node_take_held(RedisNode *node);
 extern void node_flush_held(void);
 extern bool node_receive(RedisNode *node, bool *closed);
 extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
@@ -131,6 +132,10 @@ typedef struct RedisCall
 	const RedisScript *script;	/* NULL: argv is a plain command */
 	bool		send_body;		/* EVAL the script's text, not EVALSHA */
 	int			nkeys;			/* for scripts: argv[0..nkeys-1] are keys */
+	int			carries_hdels_of;	/* for scripts: n when the fields that
+									 * HDELs held back for the node would
+									 * delete from the hash KEYS[n] go as its
+									 * last arguments; 0 for none */
 	int			slot;			/* its key's Cluster slot, -1 until known */
 	int			argc;
 	const char *argv[REDIS_CALL_MAX_ARGS];	/* NULL: the integer below */
@@ -194,9 +199,12 @@ extern bool redis_run_until(RedisCall *calls, int ncalls,
 
 /* Calls whose replies nobody waits for (cleanup.c) */
 extern void redis_send_deferred(RedisCall *calls, int ncalls);
-extern void redis_hold_deferred(RedisCall *calls, int ncalls);
+extern void redis_hold_hdel(struct RedisConn *conn, const char *key,
+							int keylen, const char *field, int fieldlen);
 extern void redis_send_cleanup(RedisCall *call, uint64 end_id);
 extern void redis_send_queued_cleanup(RedisNode *node);
+extern void redis_release_held(RedisNode *node, RedisCall **calls,
+							   int ncalls);
 extern void redis_drop_reply(RedisNode *node, struct redisReply *reply);
 
 extern void redis_unexpected_reply(const RedisCall *call, const char *key,

@@ -13,7 +13,8 @@
  * (decisions.c), which commits or vanishes with it: that is what
  * redis_stock_recover() decides by when the backend could not.  Once the
  * commit is durable, the record is cleared, by a command that goes out
- * with the backend's next one to that Redis (send_clears()).
+ * with the backend's next one to that Redis, or inside it when that is a
+ * decrement of the same item (send_clears()).
  *
  *-------------------------------------------------------------------------
  */
@@ -62,6 +63,7 @@ static FullTransactionId op_id_xid = {0};
  * start of the operation ids of its decrements, made once per transaction
  */
 static char op_id_start[64];
+static int	op_id_startlen;
 
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
 static dlist_head pending = DLIST_STATIC_INIT(pending);
@@ -72,6 +74,20 @@ static dlist_head pending = DLIST_STATIC_INIT(pending);
  */
 static dlist_head awaiting_flush = DLIST_STATIC_INIT(awaiting_flush);
 static MemoryContext awaiting_flush_cxt = NULL;
+
+/* Items whose keys are kept from one decrement to the next */
+#define KEPT_ITEMS	16
+
+/*
+ * The keys of the items decremented last, in TopMemoryContext: an item's
+ * Redis key, slot and siblings are the same at every decrement of it, and
+ * making them is much of what a decrement costs besides Redis.  An item is
+ * found by the server's key prefix and the user's key, with which its
+ * Redis key starts.  The pending decrements of the transaction share their
+ * item's keys, so an item is replaced only when none of them uses it.
+ */
+static StockKeys kept_items[KEPT_ITEMS];
+static int	nkept_items = 0;
 
 PG_FUNCTION_INFO_V1(redis_stock_set);
 PG_FUNCTION_INFO_V1(redis_stock_get);
@@ -353,33 +369,123 @@ static char *
 operation_id(void)
 {
 	FullTransactionId fxid = GetCurrentFullTransactionId();
+	char	   *op_id;
+	int			len;
 
+	/* numbers are written by hand: a format would cost more than the rest */
 	if (!FullTransactionIdEquals(fxid, op_id_xid))
 	{
+		char	   *p = op_id_start;
+
 		op_id_xid = fxid;
-		snprintf(op_id_start, sizeof(op_id_start),
-				 UINT64_FORMAT ":%u:" UINT64_FORMAT ":",
-				 GetSystemIdentifier(), stock_current_timeline(),
-				 U64FromFullTransactionId(fxid));
+		p += pg_ulltoa_n(GetSystemIdentifier(), p);
+		*p++ = ':';
+		p += pg_ultoa_n(stock_current_timeline(), p);
+		*p++ = ':';
+		p += pg_ulltoa_n(U64FromFullTransactionId(fxid), p);
+		*p++ = ':';
+		op_id_startlen = p - op_id_start;
 	}
 	if (op_number == 0 && !pg_strong_random(&op_number, sizeof(op_number)))
 		ereport(ERROR,
 				(errcode(ERRCODE_INTERNAL_ERROR),
 				 errmsg("could not generate a random operation number")));
-	return psprintf("%s" UINT64_FORMAT, op_id_start, op_number++);
+	op_id = palloc(op_id_startlen + MAXINT8LEN + 1);
+	memcpy(op_id, op_id_start, op_id_startlen);
+	len = op_id_startlen + pg_ulltoa_n(op_number++, op_id + op_id_startlen);
+	op_id[len] = '\0';
+	return op_id;
+}
+
+/* Does a pending decrement use the kept keys of an item? */
+static bool
+kept_item_in_use(const StockKeys *kept)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &pending)
+		if (dlist_container(PendingDecrement, node, iter.cur)->keys.stock ==
+			kept->stock)
+			return true;
+	return false;
+}
+
+/*
+ * A place for the keys of a new item among the kept ones: a free one, or
+ * one that no pending decrement uses, emptied.  NULL when there is none.
+ */
+static StockKeys *
+free_kept_item(void)
+{
+	int			i;
+
+	if (nkept_items < KEPT_ITEMS)
+		return &kept_items[nkept_items++];
+	for (i = 0; i < KEPT_ITEMS; i++)
+	{
+		if (kept_item_in_use(&kept_items[i]))
+			continue;
+		pfree(kept_items[i].stock);
+		pfree(kept_items[i].records);
+		pfree(kept_items[i].buyers);
+		return &kept_items[i];
+	}
+	return NULL;
+}
+
+/*
+ * The keys of the item named key on conn's server, kept for the next
+ * decrement of it (see kept_items), or else made in the current memory
+ * context
+ */
+static void
+item_keys(RedisConn *conn, const text *key, StockKeys *keys)
+{
+	const char *name = VARDATA_ANY(key);
+	int			namelen = VARSIZE_ANY_EXHDR(key);
+	int			prefixlen = strlen(conn->key_prefix);
+	char	   *rkey;
+	int			rkeylen;
+	StockKeys  *kept;
+	MemoryContext oldcxt;
+	int			i;
+
+	for (i = 0; i < nkept_items; i++)
+	{
+		kept = &kept_items[i];
+		if (kept->prefixlen == prefixlen &&
+			kept->stocklen == prefixlen + namelen &&
+			memcmp(kept->stock, conn->key_prefix, prefixlen) == 0 &&
+			memcmp(kept->stock + prefixlen, name, namelen) == 0)
+		{
+			*keys = *kept;
+			return;
+		}
+	}
+	rkey = redis_key(conn->key_prefix, name, namelen, &rkeylen);
+	kept = free_kept_item();
+	if (kept == NULL)
+	{
+		stock_keys_init(keys, rkey, rkeylen, prefixlen);
+		return;
+	}
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	stock_keys_init(kept, rkey, rkeylen, prefixlen);
+	MemoryContextSwitchTo(oldcxt);
+	*keys = *kept;
 }
 
 /*
  * The record of a decrement of the key argument, made in
  * TopTransactionContext and listed before Redis is asked, so that a
- * decrement whose reply is lost is still given back at rollback.
+ * decrement whose reply is lost is still given back at rollback.  Its
+ * keys may be shared with the kept ones (see kept_items).
  */
 static PendingDecrement *
 new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 {
-	char	   *rkey;
-	int			rkeylen;
-	RedisConn  *conn = stock_key_arg(fcinfo, &rkey, &rkeylen);
+	text	   *key = redis_key_arg(fcinfo, 0);
+	RedisConn  *conn = redis_conn_current();
 	MemoryContext oldcxt;
 	PendingDecrement *decrement;
 
@@ -387,7 +493,8 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	decrement = palloc0(sizeof(PendingDecrement));
 
 	decrement->conn = conn;
-	stock_keys_init(&decrement->keys, rkey, rkeylen, strlen(conn->key_prefix));
+	item_keys(conn, key, &decrement->keys);
+	stock_require_counter_server(conn);
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);
 	decrement->op_id = operation_id();
@@ -490,10 +597,13 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 
 	stock_keys_call(call, decrement->conn, &decrement->keys, &stock_decr_script);
 	call->origin = decrement;
+	call->carries_hdels_of = 2; /* the clears of the item's records */
 	redis_call_int_arg(call, qty);
 	redis_call_arg(call, decrement->op_id, strlen(decrement->op_id));
 	if (buyer != NULL)
 		redis_call_arg(call, decrement->buyer, strlen(decrement->buyer));
+	else
+		redis_call_arg(call, "", 0);
 	if (decrement->conn->min_replicas > 0)
 		redis_call_wait_replicas(&calls[ncalls++], call);
 	redis_run(calls, ncalls);
@@ -580,31 +690,26 @@ queue_giveback(RedisBatch *batch, PendingDecrement *decrement)
  * waits for the replies, and the commands are held back: they go out with
  * the next command to their node, or when the backend exits or the
  * connection closes, so that a clear costs no system call and no read of
- * Redis's of its own.  A clear that never goes out (the connection fails
- * first, or the backend is killed) leaves the record beside its committed
- * row, and redis_stock_recover() decides it committed and clears it.
+ * Redis's of its own.  The next decrement of the same item carries them in
+ * its script, where they cost Redis no command of their own either.  A
+ * clear that never goes out (the connection fails first, or the backend is
+ * killed) leaves the record beside its committed row, and
+ * redis_stock_recover() decides it committed and clears it.
  */
 static void
 send_clears(dlist_head *head)
 {
-	RedisCall  *calls;
-	int			ncalls = 0;
 	dlist_iter	iter;
 
-	dlist_foreach(iter, head)
-		ncalls++;
-	calls = palloc(sizeof(RedisCall) * ncalls);
-	ncalls = 0;
 	dlist_foreach(iter, head)
 	{
 		PendingDecrement *decrement = dlist_container(PendingDecrement, node,
 													  iter.cur);
 
-		stock_clear_record_call(&calls[ncalls++], decrement->conn,
-								&decrement->keys, decrement->op_id);
+		redis_hold_hdel(decrement->conn, decrement->keys.records,
+						decrement->keys.recordslen, decrement->op_id,
+						strlen(decrement->op_id));
 	}
-	redis_hold_deferred(calls, ncalls);
-	pfree(calls);
 }
 
 /*
@@ -700,7 +805,8 @@ stock_end_xact(RedisBatch *batch, bool commit)
 	clear_flushed_records();
 	if (commit && !dlist_is_empty(&pending))
 	{
-		if (XactLastCommitEnd <= GetFlushRecPtr(NULL))
+		/* after a synchronous commit, without a look at shared memory */
+		if (!XLogNeedsFlush(XactLastCommitEnd))
 		{
 			send_clears(&pending);
 			dlist_foreach_modify(iter, &pending)

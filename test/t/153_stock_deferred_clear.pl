@@ -10,8 +10,13 @@
 # - A clear held for a connection that Redis closed is lost with it: the
 #   next decrement reconnects without a word, and recover clears the
 #   record as committed.
+# - The session's next decrement of the same item carries the clear in its
+#   script: Redis runs one command, whose first step deletes the record.
+#   Clears it has no room for go out ahead of it.
 use strict;
 use warnings;
+
+use IO::Socket::INET;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -120,6 +125,43 @@ is( recover(),
 is($redis->command('GET', 'h'), '14', 'and keeps their units sold');
 is(recorded_buyers(), '', 'no record is left');
 is(rows(), '0', 'nor any row');
+
+# --- the next decrement of the item carries the clear
+($out, $err) = session_query($s, "SELECT redis_stock_decr('h', 1, 'b7')");
+is("$out$err", '13', 'a decrement commits');
+my $monitor = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $redis->port)
+  or die "cannot connect to Redis: $!";
+print $monitor "MONITOR\r\n";
+<$monitor>;
+($out, $err) = session_query($s, "SELECT redis_stock_decr('h', 1, 'b8')");
+is("$out$err", '12', 'the session\'s next decrement of the item');
+my @commands;
+{
+	local $SIG{ALRM} = sub { die "the decrement's script not seen by MONITOR within 30 s\n" };
+	alarm 30;
+	while (my $line = <$monitor>)
+	{
+		my ($client, $command) = $line =~ /^\+\S+ \[\d+ (\S+)\] "(\w+)"/ or next;
+		push @commands, $client eq 'lua' ? "lua:$command" : $command;
+		last if $command eq 'SADD';
+	}
+	alarm 0;
+}
+close $monitor;
+is( join(' ', @commands),
+	'EVALSHA lua:HDEL lua:EXISTS lua:SISMEMBER lua:DECRBY lua:HSET lua:SADD',
+	'Redis runs one command, the script, which deletes the held record first');
+is(recorded_buyers(), 'b8', 'the first decrement\'s record is cleared');
+
+# --- more clears than a decrement has room for: the rest go ahead of it
+($out, $err) = session_query($s,
+	"BEGIN; SELECT redis_stock_decr('h', 1, 'c' || i) FROM generate_series(1, 5) i; COMMIT");
+is($err, '', 'a transaction of five decrements of the item commits');
+is(recorded_buyers(), 'c1 c2 c3 c4 c5',
+	'their records wait, and the first of them carried the clear before');
+($out, $err) = session_query($s, "SELECT redis_stock_decr('h', 1, 'c6')");
+is("$out$err", '6', 'the next decrement');
+is(recorded_buyers(), 'c6', 'clears them all');
 $s->quit;
 
 $node->stop;
