@@ -260,6 +260,7 @@ usage_granted(Oid serverid, Oid userid)
 	return false;
 }
 
+/* Remember that userid was found allowed to use serverid */
 static void
 remember_usage_grant(Oid serverid, Oid userid)
 {
