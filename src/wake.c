@@ -232,6 +232,34 @@ wake_element_is(const redisReply *reply, int i, const char *str, int len)
 		memcmp(reply->element[i]->str, str, len) == 0;
 }
 
+/*
+ * What a reply on a subscription connection is, so that wake.c and
+ * waker.c read their connections alike
+ */
+WakeReplyKind
+wake_reply_kind(const redisReply *reply)
+{
+	if (reply->type == REDIS_REPLY_ERROR)
+		return WAKE_REPLY_ERROR;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+		reply->element[0]->type != REDIS_REPLY_STRING)
+		return WAKE_REPLY_OTHER;
+	if (wake_element_is(reply, 0, "notify-keyspace-events", 22))
+		return WAKE_REPLY_KEYSPACE_CONFIG;
+	if (reply->elements == 3 &&
+		reply->element[2]->type == REDIS_REPLY_STRING &&
+		(wake_element_is(reply, 0, "message", 7) ||
+		 wake_element_is(reply, 0, "smessage", 8)))
+		return WAKE_REPLY_MESSAGE;
+	if (wake_element_is(reply, 0, "subscribe", 9) ||
+		wake_element_is(reply, 0, "ssubscribe", 10))
+		return WAKE_REPLY_SUBSCRIBED;
+	if (wake_element_is(reply, 0, "unsubscribe", 11) ||
+		wake_element_is(reply, 0, "sunsubscribe", 12))
+		return WAKE_REPLY_UNSUBSCRIBED;
+	return WAKE_REPLY_OTHER;
+}
+
 /* A message, on a channel wn listens to: is it a release? */
 static void
 take_message(WakeNode *wn, const redisReply *reply)
@@ -315,40 +343,39 @@ take_reply(void *arg, const redisReply *reply)
 {
 	WakeNode   *wn = (WakeNode *) arg;
 
-	if (reply->type == REDIS_REPLY_ERROR &&
-		wn->keyspace_events == KEYSPACE_ASKED)
+	switch (wake_reply_kind(reply))
 	{
-		/* CONFIG GET goes alone: an ACL denied it */
-		wn->keyspace_events = KEYSPACE_OFF;
-		return;
-	}
-	if (reply->type == REDIS_REPLY_ERROR)
-	{
-		take_confirmation(wn, reply);
-		return;
-	}
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
-		reply->element[0]->type != REDIS_REPLY_STRING)
-		return;
-	if (wake_element_is(reply, 0, "notify-keyspace-events", 22))
-		wn->keyspace_events = wake_keyspace_events_on(reply) ? KEYSPACE_ON :
-			KEYSPACE_OFF;
-	else if (reply->elements == 3 &&
-			 reply->element[2]->type == REDIS_REPLY_STRING &&
-			 (wake_element_is(reply, 0, "message", 7) ||
-			  wake_element_is(reply, 0, "smessage", 8)))
-		take_message(wn, reply);
-	else if (wake_element_is(reply, 0, "subscribe", 9) ||
-			 wake_element_is(reply, 0, "ssubscribe", 10))
-		take_confirmation(wn, reply);
-	else if (wake_element_is(reply, 0, "sunsubscribe", 12) && wn->channel != NULL &&
-			 wake_element_is(reply, 1, wn->channel, wn->channellen) &&
-			 wn->expected[0] != EXPECT_WAKE)
-	{
-		/* the slot moved to another node: look there */
-		pfree(wn->channel);
-		wn->channel = NULL;
-		wn->heard = true;
+		case WAKE_REPLY_ERROR:
+			/* CONFIG GET goes alone: an error answering it is an ACL's */
+			if (wn->keyspace_events == KEYSPACE_ASKED)
+				wn->keyspace_events = KEYSPACE_OFF;
+			else
+				take_confirmation(wn, reply);
+			break;
+		case WAKE_REPLY_KEYSPACE_CONFIG:
+			wn->keyspace_events = wake_keyspace_events_on(reply) ?
+				KEYSPACE_ON : KEYSPACE_OFF;
+			break;
+		case WAKE_REPLY_MESSAGE:
+			take_message(wn, reply);
+			break;
+		case WAKE_REPLY_SUBSCRIBED:
+			take_confirmation(wn, reply);
+			break;
+		case WAKE_REPLY_UNSUBSCRIBED:
+			if (wake_element_is(reply, 0, "sunsubscribe", 12) &&
+				wn->channel != NULL &&
+				wake_element_is(reply, 1, wn->channel, wn->channellen) &&
+				wn->expected[0] != EXPECT_WAKE)
+			{
+				/* the slot moved to another node: look there */
+				pfree(wn->channel);
+				wn->channel = NULL;
+				wn->heard = true;
+			}
+			break;
+		case WAKE_REPLY_OTHER:
+			break;
 	}
 }
 

@@ -362,22 +362,22 @@ take_reply(void *arg, const redisReply *reply)
 {
 	WakerNode  *wn = (WakerNode *) arg;
 
-	if (reply->type == REDIS_REPLY_ERROR)
-		take_answer(wn, reply);
-	else if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
-			 reply->element[0]->type != REDIS_REPLY_STRING)
-		return;
-	else if (reply->elements == 3 &&
-			 reply->element[2]->type == REDIS_REPLY_STRING &&
-			 (wake_element_is(reply, 0, "message", 7) ||
-			  wake_element_is(reply, 0, "smessage", 8)))
-		take_message(wn, reply);
-	else if (wake_element_is(reply, 0, "subscribe", 9) ||
-			 wake_element_is(reply, 0, "ssubscribe", 10))
-		take_answer(wn, reply);
-	else if (wake_element_is(reply, 0, "unsubscribe", 11) ||
-			 wake_element_is(reply, 0, "sunsubscribe", 12))
-		take_unsubscription(wn, reply);
+	switch (wake_reply_kind(reply))
+	{
+		case WAKE_REPLY_ERROR:
+		case WAKE_REPLY_SUBSCRIBED:
+			take_answer(wn, reply);
+			break;
+		case WAKE_REPLY_MESSAGE:
+			take_message(wn, reply);
+			break;
+		case WAKE_REPLY_UNSUBSCRIBED:
+			take_unsubscription(wn, reply);
+			break;
+		case WAKE_REPLY_KEYSPACE_CONFIG:
+		case WAKE_REPLY_OTHER:
+			break;
+	}
 }
 
 /* Read what came on a subscription connection, without blocking */
