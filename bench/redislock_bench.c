@@ -99,7 +99,6 @@ command(int argc, const char **argv, const size_t *argvlen)
 	return reply;
 }
 
-/* SCRIPT LOAD a script, so that EVALSHA finds it */
 /*
  * The floor's decrement: take qty units if that many remain and return
  * what is left, or -1.  KEYS: stock.  ARGV: quantity.
