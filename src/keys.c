@@ -61,8 +61,8 @@ static uint32 slot_tags_tried = 0;
  * it.  Numbers are tried in order, each once per backend, only until the
  * slot asked for has its number, and every slot met on the way keeps its
  * own.  A slot takes about 16,000 tries on average, a fraction of a
- * millisecond; all 16,384 of them about 170,000, a few milliseconds, which
- * a backend's first sibling key used to cost whatever its slot.
+ * millisecond; all 16,384 of them would take about 170,000, a few
+ * milliseconds at a session's first decrement or lock.
  */
 static uint32
 slot_tag(int slot)
