@@ -112,6 +112,24 @@ serve_interrupts(int elevel)
 	return !ProcDiePending;
 }
 
+/*
+ * A wait set with room for nsockets sockets, watching the latch and, under
+ * a postmaster, its death.  A single-user backend has no postmaster to
+ * watch: AddWaitEventToSet() would fail there, where WaitLatch() just
+ * leaves the event out.
+ */
+WaitEventSet *
+node_wait_set_create(MemoryContext context, int nsockets)
+{
+	WaitEventSet *set = CreateWaitEventSet(context, nsockets + 2);
+
+	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	if (IsUnderPostmaster)
+		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL,
+						  NULL);
+	return set;
+}
+
 /* The socket events a node waits for */
 static uint32
 wanted_events(const RedisNode *node)
@@ -179,10 +197,8 @@ wait_set_for(RedisNode **nodes, int nnodes, bool *made_here)
 		shared_wait.set = NULL;
 		shared_wait.nnodes = 0;
 	}
-	set = CreateWaitEventSet(keep ? TopMemoryContext : CurrentMemoryContext,
-							 nnodes + 2);
-	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	set = node_wait_set_create(keep ? TopMemoryContext : CurrentMemoryContext,
+							   nnodes);
 	for (i = 0; i < nnodes; i++)
 	{
 		uint32		wanted;
@@ -517,10 +533,7 @@ connect_address(RedisNode *node, const struct sockaddr *addr,
 
 	PG_TRY();
 	{
-		set = CreateWaitEventSet(TopMemoryContext, 3);
-		AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL,
-						  NULL);
+		set = node_wait_set_create(TopMemoryContext, 1);
 		sock = start_connect(addr, addrlen, err);
 		if (sock != PGINVALID_SOCKET)
 		{

@@ -114,6 +114,8 @@ extern bool node_take_replies(RedisNode *node,
 							  void (*take) (void *arg,
 											const struct redisReply *reply),
 							  void *arg);
+extern WaitEventSet *node_wait_set_create(MemoryContext context,
+										  int nsockets);
 extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 					  TimestampTz deadline, int elevel);
 

@@ -633,9 +633,7 @@ wake_wait_set(RedisConn *conn, bool *made, WakeNode **only_out)
 		}
 		return node->waitset;
 	}
-	set = CreateWaitEventSet(CurrentMemoryContext, n + 2);
-	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	set = node_wait_set_create(CurrentMemoryContext, n);
 	foreach(lc, conn->wake_nodes)
 	{
 		WakeNode   *wn = (WakeNode *) lfirst(lc);
