@@ -22,7 +22,7 @@ is($redis->cli('SET', 'single:busy', 'other', 'PX', '60000'),
 	'OK', 'another client holds "single:busy"');
 $node->stop;
 
-# Each line is a statement of its own; the backend echoes what it returns.
+# Each line is one query string; the backend prints the rows it returns.
 my $statements = join "\n",
   q{BEGIN; SELECT redis_lock_acquire('single:lock') AS taken;}
   . q{ SELECT redis_lock_release('single:lock') AS released; COMMIT;},
