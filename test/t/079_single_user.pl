@@ -13,10 +13,7 @@ use RedisLockTest;
 
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('single', $redis);
-$node->safe_psql('postgres', q{
-	CREATE USER MAPPING FOR PUBLIC SERVER redislock;
-	CREATE TABLE orders (remaining bigint);
-});
+$node->safe_psql('postgres', 'CREATE TABLE orders (remaining bigint)');
 is($redis->cli('SET', 'st', '5'), 'OK', 'stock "st" is 5');
 is($redis->cli('SET', 'single:busy', 'other', 'PX', '60000'),
 	'OK', 'another client holds "single:busy"');
@@ -30,7 +27,7 @@ my $statements = join "\n",
   q{SELECT redis_lock_acquire_session('single:held', 60000) AS held},
   q{SELECT redis_lock_acquire('single:busy', 30000, 300) AS busy},
   q{INSERT INTO orders SELECT redis_stock_decr('st')},
-  q{BEGIN; SELECT redis_stock_decr('st', 2) AS given_back; ROLLBACK;},
+  q{BEGIN; SELECT redis_stock_decr('st', 2) AS left_before_rollback; ROLLBACK;},
   '';
 my $bindir = $node->config_data('--bindir');
 my ($stdout, $stderr);
@@ -45,7 +42,8 @@ like($stdout, qr/released = "t"/, 'and released');
 like($stdout, qr/taken_to_the_end = "t"/, 'a lock is taken to the transaction end');
 like($stdout, qr/held = "t"/, 'a session lock is taken');
 like($stdout, qr/busy = "f"/, 'a lock held elsewhere is waited for, in vain');
-like($stdout, qr/given_back = "2"/, 'a decrement that rolls back took units');
+like($stdout, qr/left_before_rollback = "2"/,
+	'a decrement that rolls back took its units first');
 is($redis->cli('EXISTS', 'single:lock'), '0',
 	'the released lock is gone from Redis');
 is($redis->cli('EXISTS', 'single:ended'), '0',
