@@ -1,5 +1,5 @@
 EXTENSION = redislock
-EXTVERSION = 1.2
+EXTVERSION = 1.3
 
 MODULE_big = redislock
 OBJS = src/redislock.o src/resp.o src/node.o src/call.o src/batch.o \
@@ -11,7 +11,9 @@ OBJS = src/redislock.o src/resp.o src/node.o src/call.o src/batch.o \
 SHLIB_LINK = -lhiredis
 
 DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \
-	sql/redislock--1.0--1.1.sql sql/redislock--1.1--1.2.sql
+	sql/redislock--1.3.sql \
+	sql/redislock--1.0--1.1.sql sql/redislock--1.1--1.2.sql \
+	sql/redislock--1.2--1.3.sql
 
 # Regression tests: sql/*.sql, expected/*.out.  Isolation specs:
 # test/specs/*.spec, expected/*.out (see "Test conventions" below).

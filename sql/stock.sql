@@ -51,6 +51,16 @@ RELEASE SAVEPOINT sp2;
 ROLLBACK;
 SELECT redis_stock_get('stock:sku2');
 
+-- a read-only transaction may not decrement, nor recover: its row is a
+-- write, refused as an INSERT is, before Redis is asked
+BEGIN READ ONLY;
+SELECT redis_stock_decr('stock:sku2', 1);
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT count(*) FROM redis_stock_recover();
+ROLLBACK;
+SELECT redis_stock_get('stock:sku2');
+
 -- a failed decrement (too few) has nothing to give back
 BEGIN;
 SELECT redis_stock_decr('stock:sku2', 100);

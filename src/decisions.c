@@ -14,6 +14,8 @@
  * it is written and read here with the heap routines, under no privilege
  * of the caller, who needs no grant on it.  It has no index: a decrement
  * writes its row and nothing more, and the rare readers read it through.
+ * Beside it, redis_stock_installation holds the random number that names
+ * this installation in the operation ids of its decrements.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,11 +27,13 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/xid8.h"
 
 #include "redislock.h"
 
 #define DECISIONS_TABLE		"redis_stock_decrements"
+#define INSTALLATION_TABLE	"redis_stock_installation"
 
 /* The columns of redis_stock_decrements */
 enum
@@ -42,19 +46,65 @@ enum
 };
 
 /*
- * The table's OID, and the function in whose schema it was found: looked
- * up once, not at every decrement, and forgotten when the relcache says
- * the table may have changed (ALTER EXTENSION UPDATE, or a DROP and CREATE
- * EXTENSION, make it anew).
+ * The table's OID, and the function in whose schema it was found, and the
+ * installation's random number: looked up once, not at every decrement,
+ * and forgotten when the relcache says either table may have changed (ALTER
+ * EXTENSION UPDATE, or a DROP and CREATE EXTENSION, make them anew).
  */
 static Oid	decisions_relid = InvalidOid;
 static Oid	decisions_fn_oid = InvalidOid;
+static Oid	installation_relid = InvalidOid;
+static uint64 installation_id = 0;
 
 static void
 forget_decisions_relid(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid) || relid == decisions_relid)
+	if (!OidIsValid(relid) || relid == decisions_relid ||
+		relid == installation_relid)
 		decisions_relid = InvalidOid;
+}
+
+/* Complain that a table of the extension is missing: its SQL is older */
+static void
+report_missing_table(const char *relname)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_TABLE),
+			 errmsg("table \"%s\" of extension redislock does not exist",
+					relname),
+			 errhint("Update the extension with ALTER EXTENSION redislock UPDATE.")));
+}
+
+/*
+ * The random number that CREATE EXTENSION (or the update to 1.3) drew for
+ * this installation, read from its one-row table.  It sets the operation
+ * ids of this installation apart from those of an installation dropped
+ * before, whose rows are gone with it; the database's OID sets apart those
+ * of other databases, which a database copied from a template shares it
+ * with.
+ */
+static uint64
+read_installation_id(Oid relid)
+{
+	Relation	rel = table_open(relid, AccessShareLock);
+	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
+	HeapTuple	tuple = heap_getnext(scan, ForwardScanDirection);
+	bool		isnull = true;
+	Datum		id = 0;
+
+	if (HeapTupleIsValid(tuple))
+		id = heap_getattr(tuple, 1, RelationGetDescr(rel), &isnull);
+	table_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("table \"%s\" of extension redislock is empty",
+						INSTALLATION_TABLE),
+				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
+	return (uint64) DatumGetInt64(id);
 }
 
 /* The OID of the table in the schema of the function fn_oid */
@@ -63,6 +113,7 @@ decisions_relid_of(Oid fn_oid)
 {
 	static bool callback_registered = false;
 	Oid			nspid;
+	Oid			relid;
 
 	if (OidIsValid(decisions_relid) && decisions_fn_oid == fn_oid)
 		return decisions_relid;
@@ -72,14 +123,15 @@ decisions_relid_of(Oid fn_oid)
 		callback_registered = true;
 	}
 	nspid = get_func_namespace(fn_oid);
-	decisions_relid = get_relname_relid(DECISIONS_TABLE, nspid);
+	relid = get_relname_relid(DECISIONS_TABLE, nspid);
+	if (!OidIsValid(relid))
+		report_missing_table(DECISIONS_TABLE);
+	installation_relid = get_relname_relid(INSTALLATION_TABLE, nspid);
+	if (!OidIsValid(installation_relid))
+		report_missing_table(INSTALLATION_TABLE);
+	installation_id = read_installation_id(installation_relid);
 	decisions_fn_oid = fn_oid;
-	if (!OidIsValid(decisions_relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("table \"%s\" of extension redislock does not exist",
-						DECISIONS_TABLE),
-				 errhint("Update the extension with ALTER EXTENSION redislock UPDATE.")));
+	decisions_relid = relid;
 	return decisions_relid;
 }
 
@@ -88,6 +140,17 @@ Relation
 stock_decisions_open(Oid fn_oid, LOCKMODE lockmode)
 {
 	return table_open(decisions_relid_of(fn_oid), lockmode);
+}
+
+/*
+ * The random number of the installation whose table rel is (opened by
+ * stock_decisions_open(), which read it)
+ */
+uint64
+stock_installation_id(Relation rel)
+{
+	Assert(RelationGetRelid(rel) == decisions_relid);
+	return installation_id;
 }
 
 /*

@@ -5,8 +5,9 @@
  *		could not, after a crash or while Redis was unreachable.
  *
  * Every decrement leaves a record beside its stock, named after this
- * PostgreSQL cluster's system identifier, its timeline, the ID of the
- * (sub)transaction that made it and a number unique to it.  A decrement
+ * PostgreSQL cluster's system identifier, its timeline, the database and
+ * the installation of the extension whose table holds its row, the ID of
+ * the (sub)transaction that made it and a number unique to it.  A decrement
  * that took units wrote a row under the same id in the same
  * (sub)transaction (decisions.c), so once that transaction has ended, the
  * row is there if and only if it committed: the records of committed
@@ -16,9 +17,13 @@
  * decrements that did not commit are given back (units and buyer); those
  * of transactions still running are left.  The transaction ID only says
  * whose end to wait for: an ID handed out again after a crash, to a
- * transaction still running, only delays the verdict.  Records of 1.1,
- * whose transaction ID was made durable first, are decided by that
- * transaction's status.  Rows whose records are gone are deleted.
+ * transaction still running, only delays the verdict.  Only the
+ * installation that wrote a record may judge it by its rows: several
+ * databases of a cluster may share one Redis and one key prefix, and an
+ * installation dropped and created again has lost the rows of the one
+ * before.  Records of 1.1 and 1.2, which name no database, are decided by
+ * their transaction's status, which every database shares.  Rows whose
+ * records are gone are deleted.
  *
  * A transaction ID names one transaction only within one history.  PITR, a
  * promoted standby and a copy of the data directory keep the system
@@ -39,10 +44,13 @@
 #include "access/table.h"
 #include "access/transam.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "storage/procarray.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
@@ -64,6 +72,9 @@ typedef struct FoundRecord
 	StockKeys	keys;			/* the item's */
 	char	   *field;			/* the record's operation id */
 	TimeLineID	tli;			/* 0 for a record of 1.1, which names none */
+	Oid			dboid;			/* InvalidOid for a record of 1.1 or 1.2,
+								 * which name no database */
+	uint64		installation;	/* the extension's that wrote it (1.3) */
 	FullTransactionId fxid;
 	int64		qty;
 	char	   *buyer;			/* NULL when none */
@@ -81,6 +92,7 @@ typedef struct RecoverRun
 	uint64		sysid;
 	TimeLineID	tli;			/* this cluster's timeline */
 	TimeLineID	legacy_tli;		/* that of the records of 1.1, 0 if unknown */
+	uint64		installation;	/* this installation's random number */
 	int			nfailed;		/* records whose settling Redis refused */
 	char	   *failed_key;		/* the first of them: its item */
 	char	   *failed_endpoint;	/* and where, and what, Redis answered */
@@ -161,16 +173,17 @@ next_number(const char **s, uint64 *value, bool *last)
 
 /*
  * Parse a record of this cluster: operation id "<system identifier>:
- * <timeline>:<xid>:<number>", or "<system identifier>:<xid>:<number>" as
- * 1.1 wrote it, and value "<quantity>[ <buyer>]".  False for records of
- * other clusters and for anything malformed.
+ * <timeline>:<database>:<installation>:<xid>:<number>", as 1.2 wrote it
+ * "<system identifier>:<timeline>:<xid>:<number>", or as 1.1 did
+ * "<system identifier>:<xid>:<number>"; and value "<quantity>[ <buyer>]".
+ * False for records of other clusters and for anything malformed.
  */
 static bool
 parse_record(const char *field, const char *value, uint64 sysid,
 			 FoundRecord *record)
 {
 	const char *s = field;
-	uint64		numbers[4];
+	uint64		numbers[6];
 	int			n = 0;
 	bool		last = false;
 	char	   *end;
@@ -178,11 +191,15 @@ parse_record(const char *field, const char *value, uint64 sysid,
 	while (!last && n < lengthof(numbers))
 		if (!next_number(&s, &numbers[n++], &last))
 			return false;
-	if (!last || n < 3 || numbers[0] != sysid)
+	if (!last || n < 3 || n == 5 || numbers[0] != sysid)
 		return false;
-	if (n == 4 && (numbers[1] == 0 || numbers[1] > PG_UINT32_MAX))
+	if (n >= 4 && (numbers[1] == 0 || numbers[1] > PG_UINT32_MAX))
 		return false;
-	record->tli = n == 4 ? (TimeLineID) numbers[1] : 0;
+	if (n == 6 && (numbers[2] == InvalidOid || numbers[2] > PG_UINT32_MAX))
+		return false;
+	record->tli = n >= 4 ? (TimeLineID) numbers[1] : 0;
+	record->dboid = n == 6 ? (Oid) numbers[2] : InvalidOid;
+	record->installation = n == 6 ? numbers[3] : 0;
 	record->fxid = FullTransactionIdFromU64(numbers[n - 2]);
 	if (!TransactionIdIsNormal(XidFromFullTransactionId(record->fxid)))
 		return false;
@@ -214,13 +231,36 @@ writer_may_run(FullTransactionId fxid)
 }
 
 /*
+ * Decide a record that names no database, as 1.1 and 1.2 wrote them, by
+ * its transaction's status, which is the same in every database of the
+ * cluster (the row of a record of 1.2 may be in another database, and its
+ * absence here proves nothing).  A record of 1.1 whose ID has not been
+ * assigned here yet is left ("future").  The writer of a record of 1.2
+ * whose ID is beyond the next one here is one whose ID a crash lost before
+ * any WAL of it was flushed: it did not commit.  An ID that a crash lost
+ * and that was handed out again makes a record of 1.2 wait for the new
+ * holder, and be cleared if that one commits: a unit may be undersold,
+ * never oversold.
+ */
+static const char *
+decide_by_status(const FullTransactionId fxid, bool legacy)
+{
+	if (FullTransactionIdPrecedes(fxid, ReadNextFullTransactionId()))
+		return transaction_outcome(fxid);
+	return legacy ? "future" : "aborted";
+}
+
+/*
  * Decide a record as far as its transaction ID allows.  Only records of
  * this cluster's timeline are decided: on another one (left by PITR or a
  * promotion, or branched off this one) the same ID may belong to another
  * transaction, and a transaction in progress where the histories split may
- * have ended otherwise on the other side.  A record of 1.1 is decided by
- * its transaction's status, which an ID not assigned here yet does not
- * have ("future").  A record of 1.2 is "in progress" while its writer may
+ * have ended otherwise on the other side.  Records of 1.1 are decided only
+ * on the timeline that the update from 1.1 noted, and those of 1.1 and 1.2
+ * by their transaction's status.  A record of 1.3 is decided only by the
+ * installation that wrote it, whose table holds its row: another database
+ * (its own recovery decides it) and an installation dropped since (whose
+ * rows are gone) leave it alone.  It is "in progress" while its writer may
  * run, and is decided by its row after that (NULL): a writer whose ID is
  * beyond the next one here is not running either, it is one whose ID a
  * crash lost before any WAL of it was flushed, and it did not commit.
@@ -232,10 +272,12 @@ decide_record(const RecoverRun *run, const FoundRecord *record)
 		return "unknown timeline";
 	if (record->tli != 0 && record->tli != run->tli)
 		return "other timeline";
-	if (record->tli == 0)
-		return FullTransactionIdPrecedes(record->fxid,
-										 ReadNextFullTransactionId())
-			? transaction_outcome(record->fxid) : "future";
+	if (!OidIsValid(record->dboid))
+		return decide_by_status(record->fxid, record->tli == 0);
+	if (record->dboid != MyDatabaseId)
+		return "other database";
+	if (record->installation != run->installation)
+		return "other installation";
 	if (writer_may_run(record->fxid))
 		return "in progress";
 	return NULL;
@@ -349,11 +391,29 @@ any_committed(List *records)
 }
 
 /*
+ * The end of the WAL inserted so far.  GetXLogInsertRecPtr() tells where
+ * the next record goes, which on a page's first byte is past the page's
+ * header: nothing ends there, and a flush asked to reach it fails.
+ */
+static XLogRecPtr
+inserted_wal_end(void)
+{
+	XLogRecPtr	next = GetXLogInsertRecPtr();
+	uint32		offset = next % XLOG_BLCKSZ;
+
+	if (offset == SizeOfXLogShortPHD ||
+		(offset == SizeOfXLogLongPHD &&
+		 XLogSegmentOffset(next, wal_segment_size) == offset))
+		return next - offset;
+	return next;
+}
+
+/*
  * Settle records: give back those of transactions that did not commit,
  * clear those of committed ones, in one round trip.  A commit may not be
  * durable yet (synchronous_commit = off), and a record cleared before it is
  * could outlive the commit if a crash undid it, so WAL is flushed first, as
- * far as it was written.
+ * far as it was inserted.
  */
 static void
 settle_records(RecoverRun *run, List *records)
@@ -364,7 +424,7 @@ settle_records(RecoverRun *run, List *records)
 	int			i;
 
 	if (any_committed(records))
-		XLogFlush(GetXLogInsertRecPtr());
+		XLogFlush(inserted_wal_end());
 
 	foreach(lc, records)
 	{
@@ -577,6 +637,7 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 	int			i;
 
 	require_primary();
+	PreventCommandIfReadOnly("redis_stock_recover()");
 	run.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	run.conn = redis_conn_current();
 	run.prefixlen = strlen(run.conn->key_prefix);
@@ -587,6 +648,7 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 	stock_require_counter_server(run.conn);
 	run.decisions = stock_decisions_open(fcinfo->flinfo->fn_oid,
 										 ShareUpdateExclusiveLock);
+	run.installation = stock_installation_id(run.decisions);
 	InitMaterializedSRF(fcinfo, 0);
 	pattern = redis_sibling_pattern(run.conn->key_prefix,
 									REDIS_SIBLING_RECORDS);

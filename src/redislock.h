@@ -157,6 +157,7 @@ typedef struct StockDecision
 } StockDecision;
 
 extern Relation stock_decisions_open(Oid fn_oid, LOCKMODE lockmode);
+extern uint64 stock_installation_id(Relation rel);
 extern void stock_decision_insert(Relation rel, FullTransactionId fxid,
 								  const char *op_id, Oid serverid,
 								  const char *records, int recordslen);

@@ -28,6 +28,8 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
@@ -55,14 +57,19 @@ typedef struct PendingDecrement
  */
 static uint64 op_number = 0;
 
-/* The (sub)transaction whose operation ids op_id_start begins */
+/*
+ * The (sub)transaction, and the installation, whose operation ids
+ * op_id_start begins
+ */
 static FullTransactionId op_id_xid = {0};
+static uint64 op_id_installation = 0;
 
 /*
- * "<system identifier>:<timeline>:<transaction ID>:" for op_id_xid: the
- * start of the operation ids of its decrements, made once per transaction
+ * "<system identifier>:<timeline>:<database>:<installation>:<transaction
+ * ID>:" for op_id_xid: the start of the operation ids of its decrements,
+ * made once per transaction
  */
-static char op_id_start[64];
+static char op_id_start[96];
 static int	op_id_startlen;
 
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
@@ -358,29 +365,38 @@ stock_current_timeline(void)
 }
 
 /*
- * The operation id of a decrement by the current (sub)transaction,
- * "<system identifier>:<timeline>:<transaction ID>:<number>".  The
- * transaction ID is assigned if need be; it tells redis_stock_recover()
- * whose end to wait for, and the timeline on which that ID means this
- * transaction.  The number makes the id unique: an ID that had not reached
- * WAL may be handed out again after a crash.
+ * The operation id of a decrement by the current (sub)transaction, of the
+ * extension installed with the random number installation:
+ * "<system identifier>:<timeline>:<database>:<installation>:<transaction
+ * ID>:<number>".  The transaction ID is assigned if need be; it tells
+ * redis_stock_recover() whose end to wait for, the timeline on which that
+ * ID means this transaction, and the database and installation whose
+ * redis_stock_decrements holds its row: only that installation's recovery
+ * may decide it by its row.  The number makes the id unique: an ID that
+ * had not reached WAL may be handed out again after a crash.
  */
 static char *
-operation_id(void)
+operation_id(uint64 installation)
 {
 	FullTransactionId fxid = GetCurrentFullTransactionId();
 	char	   *op_id;
 	int			len;
 
 	/* numbers are written by hand: a format would cost more than the rest */
-	if (!FullTransactionIdEquals(fxid, op_id_xid))
+	if (!FullTransactionIdEquals(fxid, op_id_xid) ||
+		installation != op_id_installation)
 	{
 		char	   *p = op_id_start;
 
 		op_id_xid = fxid;
+		op_id_installation = installation;
 		p += pg_ulltoa_n(GetSystemIdentifier(), p);
 		*p++ = ':';
 		p += pg_ultoa_n(stock_current_timeline(), p);
+		*p++ = ':';
+		p += pg_ultoa_n(MyDatabaseId, p);
+		*p++ = ':';
+		p += pg_ulltoa_n(installation, p);
 		*p++ = ':';
 		p += pg_ulltoa_n(U64FromFullTransactionId(fxid), p);
 		*p++ = ':';
@@ -482,7 +498,8 @@ item_keys(RedisConn *conn, const text *key, StockKeys *keys)
  * keys may be shared with the kept ones (see kept_items).
  */
 static PendingDecrement *
-new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
+new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer,
+			  uint64 installation)
 {
 	text	   *key = redis_key_arg(fcinfo, 0);
 	RedisConn  *conn = redis_conn_current();
@@ -497,7 +514,7 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer)
 	stock_require_counter_server(conn);
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);
-	decrement->op_id = operation_id();
+	decrement->op_id = operation_id(installation);
 	decrement->xid = GetCurrentFullTransactionId();
 	decrement->qty = qty;
 	decrement->level = GetCurrentTransactionNestLevel();
@@ -586,14 +603,20 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 {
 	int64		qty = validated_qty(fcinfo, 1, false);
 	const char *buyer = validated_buyer(fcinfo, 2);
-	Relation	decisions = stock_decisions_open(fcinfo->flinfo->fn_oid,
-												 RowExclusiveLock);
-	PendingDecrement *decrement = new_decrement(fcinfo, qty, buyer);
-	const char *key = decrement->keys.stock + decrement->keys.prefixlen;
+	Relation	decisions;
+	PendingDecrement *decrement;
+	const char *key;
 	RedisCall	calls[2];
 	RedisCall  *call = &calls[0];
 	int			ncalls = 1;
 	int64		remaining;
+
+	/* its row is written as an INSERT's would be, and refused as one is */
+	PreventCommandIfReadOnly("redis_stock_decr()");
+	decisions = stock_decisions_open(fcinfo->flinfo->fn_oid, RowExclusiveLock);
+	decrement = new_decrement(fcinfo, qty, buyer,
+							  stock_installation_id(decisions));
+	key = decrement->keys.stock + decrement->keys.prefixlen;
 
 	stock_keys_call(call, decrement->conn, &decrement->keys, &stock_decr_script);
 	call->origin = decrement;

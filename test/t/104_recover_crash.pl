@@ -42,7 +42,7 @@ sub recorded_xids
 	my ($key) = @_;
 	my $ops = $redis->sibling('', 'ops', $key) // return '';
 	my %hash = @{ $redis->command('HGETALL', $ops) };
-	return join ' ', sort { $a <=> $b } map { (split /:/)[2] } keys %hash;
+	return join ' ', sort { $a <=> $b } map { (split /:/)[-2] } keys %hash;
 }
 
 # Open a session and start a transaction in it that runs $sql; returns the

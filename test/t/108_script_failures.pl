@@ -65,7 +65,7 @@ sub item
 	my ($key) = @_;
 	my $tag = slot_tag($key);
 	return join ' | ', $redis->command('GET', $key) // 'nil',
-	  join(',', map { s/\A[0-9]+:[0-9]+:[0-9]+:[0-9]+\z/op/r }
+	  join(',', map { s/\A(?:[0-9]+:){5}[0-9]+\z/op/r }
 		  @{ $redis->command('HGETALL', "{$tag}:ops:$key") }),
 	  join(',', sort @{ $redis->command('SMEMBERS', "{$tag}:buyers:$key") });
 }

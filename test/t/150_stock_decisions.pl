@@ -77,7 +77,7 @@ my ($out, $err) = session_query($s,
 	"BEGIN; SELECT redis_stock_decr('x', 1, 'b1'); INSERT INTO orders VALUES ('b1'); COMMIT; SELECT pg_current_wal_insert_lsn() > pg_current_wal_flush_lsn()"
 );
 is("$out$err", "9\nt", 'an order commits, its WAL not flushed yet');
-like(record_ids('x'), qr/\A[0-9]+:1:[0-9]+:[0-9]+\z/,
+like(record_ids('x'), qr/\A[0-9]+:1:[0-9]+:[0-9]+:[0-9]+:[0-9]+\z/,
 	'its record stays until the commit is durable');
 $async->stop('immediate');
 $async->start;
@@ -172,7 +172,7 @@ my $pid = $w->query_safe('SELECT pg_backend_pid()');
 start_query($w, "BEGIN; SELECT redis_stock_decr('u', 2, 'lost')");
 ok(defined wait_until(10, sub { record_ids('u') ne '' }),
 	'a decrement-only transaction reaches Redis, its reply held back');
-my $lost = (split /:/, record_ids('u'))[2];
+my $lost = (split /:/, record_ids('u'))[-2];
 kill 'KILL', $pid;
 ok($node->poll_query_until('postgres', 'SELECT true'),
 	'a crash ends it before any WAL of it');

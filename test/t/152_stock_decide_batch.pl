@@ -48,12 +48,12 @@ for my $row (split /\n/,
 	my ($op, $records) = split /\|/, $row;
 	my $qty = $records =~ /:a\z/ ? 1 : 2;
 	$records_key{$qty} = $records;
-	($prefix) = $op =~ /\A([0-9]+:[0-9]+:)/;
+	($prefix) = $op =~ /\A((?:[0-9]+:){4})/;
 	$redis->command('HSET', $records, $op, $qty);
 }
 
 # Records of transactions that ended without a row, whose units were
-# taken: 20 of each item, under ids of this cluster and timeline.
+# taken: 20 of each item, under ids of this cluster, timeline, database and installation.
 for (1 .. 20)
 {
 	my $xid = $node->safe_psql('postgres', 'SELECT pg_current_xact_id()');
