@@ -182,18 +182,13 @@ GRANT SELECT ON redis_stock_legacy_timeline TO PUBLIC;
 -- by these rows, and deletes the rows whose records are gone.  The
 -- extension writes and reads it itself: nobody needs a grant on it.  A row
 -- holds the ID of the (sub)transaction that made the decrement, its
--- operation id (as its record names it), the foreign server of the item and
--- the Redis key of the item's records.
+-- operation id (as its record names it), the foreign server of the item,
+-- the Redis key of the item's records, and when its record was first found
+-- gone: the row is deleted redislock.purge_delay after that.  The table's
+-- OID, with the database's, names this installation in the operation ids
+-- of its decrements: a recovery decides by these rows only the records
+-- whose rows are here.
 CREATE TABLE redis_stock_decrements (xid xid8 NOT NULL, op text NOT NULL,
-                                     server oid NOT NULL, records bytea NOT NULL);
+                                     server oid NOT NULL, records bytea NOT NULL,
+                                     gone_since timestamptz);
 REVOKE ALL ON redis_stock_decrements FROM PUBLIC;
-
--- A random number drawn for this installation of the extension.  The
--- operation ids of its decrements name it, beside the database, so that a
--- recovery decides by its rows only the records whose rows are in its own
--- redis_stock_decrements: not those of another database, nor those of an
--- installation dropped before (whose rows went with it).
-CREATE TABLE redis_stock_installation (id bigint NOT NULL);
-REVOKE ALL ON redis_stock_installation FROM PUBLIC;
-INSERT INTO redis_stock_installation
-  SELECT ('x' || substr(translate(gen_random_uuid()::text, '-', ''), 1, 16))::bit(64)::bigint;

@@ -14,8 +14,9 @@
  * it is written and read here with the heap routines, under no privilege
  * of the caller, who needs no grant on it.  It has no index: a decrement
  * writes its row and nothing more, and the rare readers read it through.
- * Beside it, redis_stock_installation holds the random number that names
- * this installation in the operation ids of its decrements.
+ * Its OID, beside the database's, names the installation in the operation
+ * ids of its decrements, so that only the recovery that can read their rows
+ * judges them by their rows.
  *
  *-------------------------------------------------------------------------
  */
@@ -28,12 +29,12 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/xid8.h"
 
 #include "redislock.h"
 
 #define DECISIONS_TABLE		"redis_stock_decrements"
-#define INSTALLATION_TABLE	"redis_stock_installation"
 
 /* The columns of redis_stock_decrements */
 enum
@@ -42,78 +43,36 @@ enum
 	Anum_decisions_op,			/* its operation id */
 	Anum_decisions_server,		/* the foreign server of its item */
 	Anum_decisions_records,		/* the Redis key of its item's records */
-	Natts_decisions = Anum_decisions_records
+	Anum_decisions_gone_since,	/* when its record was first found gone */
+	Natts_decisions = Anum_decisions_gone_since
 };
 
 /*
- * The table's OID, and the function in whose schema it was found, and the
- * installation's random number: looked up once, not at every decrement,
- * and forgotten when the relcache says either table may have changed (ALTER
- * EXTENSION UPDATE, or a DROP and CREATE EXTENSION, make them anew).
+ * The table's OID, and the function in whose schema it was found: looked
+ * up once, not at every decrement, and forgotten when the relcache says
+ * the table may have changed (ALTER EXTENSION UPDATE, or a DROP and CREATE
+ * EXTENSION, make it anew).
  */
 static Oid	decisions_relid = InvalidOid;
 static Oid	decisions_fn_oid = InvalidOid;
-static Oid	installation_relid = InvalidOid;
-static uint64 installation_id = 0;
 
 static void
 forget_decisions_relid(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid) || relid == decisions_relid ||
-		relid == installation_relid)
+	if (!OidIsValid(relid) || relid == decisions_relid)
 		decisions_relid = InvalidOid;
 }
 
-/* Complain that a table of the extension is missing: its SQL is older */
-static void
-report_missing_table(const char *relname)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_TABLE),
-			 errmsg("table \"%s\" of extension redislock does not exist",
-					relname),
-			 errhint("Update the extension with ALTER EXTENSION redislock UPDATE.")));
-}
-
 /*
- * The random number that CREATE EXTENSION (or the update to 1.3) drew for
- * this installation, read from its one-row table.  It sets the operation
- * ids of this installation apart from those of an installation dropped
- * before, whose rows are gone with it; the database's OID sets apart those
- * of other databases, which a database copied from a template shares it
- * with.
+ * The OID of the table in the schema of the function fn_oid.  The table of
+ * 1.1 (there is none) and that of 1.2 (it has no gone_since) are refused
+ * with a hint, before anything is asked of Redis.
  */
-static uint64
-read_installation_id(Oid relid)
-{
-	Relation	rel = table_open(relid, AccessShareLock);
-	Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	TableScanDesc scan = table_beginscan(rel, snapshot, 0, NULL);
-	HeapTuple	tuple = heap_getnext(scan, ForwardScanDirection);
-	bool		isnull = true;
-	Datum		id = 0;
-
-	if (HeapTupleIsValid(tuple))
-		id = heap_getattr(tuple, 1, RelationGetDescr(rel), &isnull);
-	table_endscan(scan);
-	UnregisterSnapshot(snapshot);
-	table_close(rel, AccessShareLock);
-	if (isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATA_CORRUPTED),
-				 errmsg("table \"%s\" of extension redislock is empty",
-						INSTALLATION_TABLE),
-				 errhint("Reinstall the extension with DROP EXTENSION and CREATE EXTENSION.")));
-	return (uint64) DatumGetInt64(id);
-}
-
-/* The OID of the table in the schema of the function fn_oid */
 static Oid
 decisions_relid_of(Oid fn_oid)
 {
 	static bool callback_registered = false;
 	Oid			nspid;
-	Oid			relid;
 
 	if (OidIsValid(decisions_relid) && decisions_fn_oid == fn_oid)
 		return decisions_relid;
@@ -123,34 +82,31 @@ decisions_relid_of(Oid fn_oid)
 		callback_registered = true;
 	}
 	nspid = get_func_namespace(fn_oid);
-	relid = get_relname_relid(DECISIONS_TABLE, nspid);
-	if (!OidIsValid(relid))
-		report_missing_table(DECISIONS_TABLE);
-	installation_relid = get_relname_relid(INSTALLATION_TABLE, nspid);
-	if (!OidIsValid(installation_relid))
-		report_missing_table(INSTALLATION_TABLE);
-	installation_id = read_installation_id(installation_relid);
+	decisions_relid = get_relname_relid(DECISIONS_TABLE, nspid);
 	decisions_fn_oid = fn_oid;
-	decisions_relid = relid;
+	if (!OidIsValid(decisions_relid) ||
+		get_attnum(decisions_relid, "gone_since") != Anum_decisions_gone_since)
+	{
+		decisions_relid = InvalidOid;
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension redislock needs an update to use Redis stock"),
+				 errdetail("Table \"%s\" is missing or older than this library.",
+						   DECISIONS_TABLE),
+				 errhint("Update the extension with ALTER EXTENSION redislock UPDATE.")));
+	}
 	return decisions_relid;
 }
 
-/* Open the table of the extension whose function fn_oid is, in its schema */
+/*
+ * Open the table of the extension whose function fn_oid is, in its schema.
+ * Its OID names this installation of the extension in the operation ids of
+ * its decrements: one created again after DROP EXTENSION gets another.
+ */
 Relation
 stock_decisions_open(Oid fn_oid, LOCKMODE lockmode)
 {
 	return table_open(decisions_relid_of(fn_oid), lockmode);
-}
-
-/*
- * The random number of the installation whose table rel is (opened by
- * stock_decisions_open(), which read it)
- */
-uint64
-stock_installation_id(Relation rel)
-{
-	Assert(RelationGetRelid(rel) == decisions_relid);
-	return installation_id;
 }
 
 /*
@@ -174,6 +130,7 @@ stock_decision_insert(Relation rel, FullTransactionId fxid, const char *op_id,
 	values[Anum_decisions_op - 1] = CStringGetTextDatum(op_id);
 	values[Anum_decisions_server - 1] = ObjectIdGetDatum(serverid);
 	values[Anum_decisions_records - 1] = PointerGetDatum(records_datum);
+	nulls[Anum_decisions_gone_since - 1] = true;
 	tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
 	simple_heap_insert(rel, tuple);
 	heap_freetuple(tuple);
@@ -264,7 +221,9 @@ stock_decisions_of_server(Relation rel, Snapshot snapshot, Oid serverid)
 			continue;
 		records = DatumGetByteaPP(values[Anum_decisions_records - 1]);
 		row = palloc(sizeof(StockDecision));
-		row->tid = tuple->t_self;
+		row->tuple = heap_copytuple(tuple);
+		row->gone_since = isnull[Anum_decisions_gone_since - 1] ? 0 :
+			DatumGetTimestampTz(values[Anum_decisions_gone_since - 1]);
 		row->op_id = TextDatumGetCString(values[Anum_decisions_op - 1]);
 		row->recordslen = VARSIZE_ANY_EXHDR(records);
 		row->records = pnstrdup(VARDATA_ANY(records), row->recordslen);
@@ -272,4 +231,26 @@ stock_decisions_of_server(Relation rel, Snapshot snapshot, Oid serverid)
 	}
 	table_endscan(scan);
 	return rows;
+}
+
+/*
+ * Note in the row when its record was first found gone from Redis, or,
+ * with 0, that the record is there again
+ */
+void
+stock_decision_set_gone_since(Relation rel, const StockDecision *row,
+							  TimestampTz gone_since)
+{
+	Datum		values[Natts_decisions] = {0};
+	bool		nulls[Natts_decisions] = {false};
+	bool		replace[Natts_decisions] = {false};
+	HeapTuple	tuple;
+
+	values[Anum_decisions_gone_since - 1] = TimestampTzGetDatum(gone_since);
+	nulls[Anum_decisions_gone_since - 1] = gone_since == 0;
+	replace[Anum_decisions_gone_since - 1] = true;
+	tuple = heap_modify_tuple(row->tuple, RelationGetDescr(rel), values,
+							  nulls, replace);
+	simple_heap_update(rel, &row->tuple->t_self, tuple);
+	heap_freetuple(tuple);
 }

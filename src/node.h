@@ -30,6 +30,7 @@ extern int	redislock_end_timeout_limit;
 extern bool redislock_verify_before_commit;
 extern bool redislock_lease_renewal;
 extern int	redislock_lease_renewal_limit;
+extern int	redislock_purge_delay;
 extern int	redislock_max_locks;
 
 /* Loaded by shared_preload_libraries: shared memory is there */

@@ -6,8 +6,8 @@
  *
  * Every decrement leaves a record beside its stock, named after this
  * PostgreSQL cluster's system identifier, its timeline, the database and
- * the installation of the extension whose table holds its row, the ID of
- * the (sub)transaction that made it and a number unique to it.  A decrement
+ * the table (of this installation of the extension) that holds its row,
+ * the ID of the (sub)transaction that made it and a number unique to it.  A decrement
  * that took units wrote a row under the same id in the same
  * (sub)transaction (decisions.c), so once that transaction has ended, the
  * row is there if and only if it committed: the records of committed
@@ -55,6 +55,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
@@ -74,7 +75,8 @@ typedef struct FoundRecord
 	TimeLineID	tli;			/* 0 for a record of 1.1, which names none */
 	Oid			dboid;			/* InvalidOid for a record of 1.1 or 1.2,
 								 * which name no database */
-	uint64		installation;	/* the extension's that wrote it (1.3) */
+	Oid			table;			/* and the table of decisions that holds its
+								 * row (1.3) */
 	FullTransactionId fxid;
 	int64		qty;
 	char	   *buyer;			/* NULL when none */
@@ -92,7 +94,8 @@ typedef struct RecoverRun
 	uint64		sysid;
 	TimeLineID	tli;			/* this cluster's timeline */
 	TimeLineID	legacy_tli;		/* that of the records of 1.1, 0 if unknown */
-	uint64		installation;	/* this installation's random number */
+	Oid			table;			/* the OID of decisions, which names this
+								 * installation in operation ids */
 	int			nfailed;		/* records whose settling Redis refused */
 	char	   *failed_key;		/* the first of them: its item */
 	char	   *failed_endpoint;	/* and where, and what, Redis answered */
@@ -173,7 +176,7 @@ next_number(const char **s, uint64 *value, bool *last)
 
 /*
  * Parse a record of this cluster: operation id "<system identifier>:
- * <timeline>:<database>:<installation>:<xid>:<number>", as 1.2 wrote it
+ * <timeline>:<database>:<table>:<xid>:<number>", as 1.2 wrote it
  * "<system identifier>:<timeline>:<xid>:<number>", or as 1.1 did
  * "<system identifier>:<xid>:<number>"; and value "<quantity>[ <buyer>]".
  * False for records of other clusters and for anything malformed.
@@ -195,11 +198,12 @@ parse_record(const char *field, const char *value, uint64 sysid,
 		return false;
 	if (n >= 4 && (numbers[1] == 0 || numbers[1] > PG_UINT32_MAX))
 		return false;
-	if (n == 6 && (numbers[2] == InvalidOid || numbers[2] > PG_UINT32_MAX))
+	if (n == 6 && (numbers[2] == InvalidOid || numbers[2] > PG_UINT32_MAX ||
+				   numbers[3] == InvalidOid || numbers[3] > PG_UINT32_MAX))
 		return false;
 	record->tli = n >= 4 ? (TimeLineID) numbers[1] : 0;
 	record->dboid = n == 6 ? (Oid) numbers[2] : InvalidOid;
-	record->installation = n == 6 ? numbers[3] : 0;
+	record->table = n == 6 ? (Oid) numbers[3] : InvalidOid;
 	record->fxid = FullTransactionIdFromU64(numbers[n - 2]);
 	if (!TransactionIdIsNormal(XidFromFullTransactionId(record->fxid)))
 		return false;
@@ -258,9 +262,9 @@ decide_by_status(const FullTransactionId fxid, bool legacy)
  * have ended otherwise on the other side.  Records of 1.1 are decided only
  * on the timeline that the update from 1.1 noted, and those of 1.1 and 1.2
  * by their transaction's status.  A record of 1.3 is decided only by the
- * installation that wrote it, whose table holds its row: another database
- * (its own recovery decides it) and an installation dropped since (whose
- * rows are gone) leave it alone.  It is "in progress" while its writer may
+ * installation that wrote it, whose table holds its row: records of
+ * another database (its own recovery decides them) and of an installation
+ * dropped since (whose table went with its rows) are left alone.  It is "in progress" while its writer may
  * run, and is decided by its row after that (NULL): a writer whose ID is
  * beyond the next one here is not running either, it is one whose ID a
  * crash lost before any WAL of it was flushed, and it did not commit.
@@ -276,7 +280,7 @@ decide_record(const RecoverRun *run, const FoundRecord *record)
 		return decide_by_status(record->fxid, record->tli == 0);
 	if (record->dboid != MyDatabaseId)
 		return "other database";
-	if (record->installation != run->installation)
+	if (record->table != run->table)
 		return "other installation";
 	if (writer_may_run(record->fxid))
 		return "in progress";
@@ -519,18 +523,45 @@ recover_node(RecoverRun *run, RedisNode *node, const char *pattern)
 }
 
 /*
+ * Settle the row of a record that was looked for.  A record gone from Redis
+ * was settled, and does not come back: the decrement that wrote it had run
+ * before its row committed, and operation ids are never used twice.  Unless
+ * Redis loses writes it acknowledged: a crash under appendfsync everysec,
+ * or a failover to a replica that had not received them, may bring back a
+ * record whose clear it had acknowledged, and with its row gone it would
+ * be judged aborted.  So a row outlives the first sighting of its record's
+ * absence by redislock.purge_delay, and a record seen again makes its row
+ * wait anew.
+ */
+static void
+purge_row(RecoverRun *run, const StockDecision *row, bool gone,
+		  TimestampTz now)
+{
+	if (!gone)
+	{
+		if (row->gone_since != 0)
+			stock_decision_set_gone_since(run->decisions, row, 0);
+	}
+	else if (redislock_purge_delay == 0 ||
+			 (row->gone_since != 0 &&
+			  TimestampDifferenceExceeds(row->gone_since, now,
+										 redislock_purge_delay)))
+		simple_heap_delete(run->decisions, &row->tuple->t_self);
+	else if (row->gone_since == 0)
+		stock_decision_set_gone_since(run->decisions, row, now);
+}
+
+/*
  * Look for the records of up to PURGE_BATCH rows in one round trip, and
- * delete the rows whose records are gone.  A record never comes back once
- * gone: the decrement that wrote it had run before its row committed, and
- * operation ids are never used twice.  With min_replicas, a record counts
- * as gone only once that many replicas have seen it go, so that a failover
- * cannot bring back a record whose row was deleted.
+ * settle their rows (purge_row()).  With min_replicas, a record counts as
+ * gone only once that many replicas have seen it go.
  */
 static void
 purge_batch(RecoverRun *run, StockDecision **rows, int nrows)
 {
 	int			per_row = run->conn->min_replicas > 0 ? 2 : 1;
 	RedisCall  *calls = palloc(sizeof(RedisCall) * nrows * per_row);
+	TimestampTz now;
 	int			i;
 
 	for (i = 0; i < nrows; i++)
@@ -546,20 +577,24 @@ purge_batch(RecoverRun *run, StockDecision **rows, int nrows)
 			redis_call_wait_replicas(&calls[i * per_row + 1], call);
 	}
 	redis_run(calls, nrows * per_row);
+	now = GetCurrentTimestamp();
 	for (i = 0; i < nrows; i++)
 	{
 		RedisCall  *call = &calls[i * per_row];
 
-		if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0 &&
-			(per_row == 1 || redis_replicas_acknowledged(call + 1)))
-			simple_heap_delete(run->decisions, &rows[i]->tid);
+		if (call->reply_type != REDIS_REPLY_INTEGER)
+			continue;
+		purge_row(run, rows[i], call->integer == 0 &&
+				  (per_row == 1 || redis_replicas_acknowledged(call + 1)),
+				  now);
 	}
 	pfree(calls);
 }
 
 /*
- * Delete the rows of this server whose records are gone from Redis: those
- * of decrements settled at commit or here.  Rows are read with a snapshot
+ * Delete the rows of this server whose records are gone from Redis (those
+ * of decrements settled at commit or here), once they have been gone for
+ * redislock.purge_delay.  Rows are read with a snapshot
  * taken after the records were settled.  Runs of recover wait for each
  * other (the table's lock), so no row is deleted twice.
  */
@@ -648,7 +683,7 @@ redis_stock_recover(PG_FUNCTION_ARGS)
 	stock_require_counter_server(run.conn);
 	run.decisions = stock_decisions_open(fcinfo->flinfo->fn_oid,
 										 ShareUpdateExclusiveLock);
-	run.installation = stock_installation_id(run.decisions);
+	run.table = RelationGetRelid(run.decisions);
 	InitMaterializedSRF(fcinfo, 0);
 	pattern = redis_sibling_pattern(run.conn->key_prefix,
 									REDIS_SIBLING_RECORDS);

@@ -26,6 +26,7 @@ int			redislock_end_timeout_limit = 30000;
 bool		redislock_verify_before_commit = true;
 bool		redislock_lease_renewal = true;
 int			redislock_lease_renewal_limit = 600000;
+int			redislock_purge_delay = 60000;
 int			redislock_max_locks = 4096;
 bool		redislock_preloaded = false;
 
@@ -104,6 +105,19 @@ define_settings(void)
 							"Counted from the lock's grant; 0 renews for as long as the lock is held.",
 							&redislock_lease_renewal_limit,
 							600000, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/*
+	 * A Redis that loses acknowledged writes (a crash under appendfsync
+	 * everysec, a failover to a replica that lagged) may bring back a
+	 * record whose clear it had acknowledged: its row must outlive that.
+	 */
+	DefineCustomIntVariable("redislock.purge_delay",
+							"Time a decrement's row is kept after its record was first found gone from Redis.",
+							"A Redis that loses acknowledged writes may bring back a record whose row is gone; 0 deletes the row at once.",
+							&redislock_purge_delay,
+							60000, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -150,14 +150,15 @@ extern void stock_end_subxact(RedisBatch *batch, int level, bool commit);
  */
 typedef struct StockDecision
 {
-	ItemPointerData tid;
+	HeapTuple	tuple;			/* as read, to update it */
+	TimestampTz gone_since;		/* when its record was first found gone, 0
+								 * while it was not */
 	char	   *op_id;
 	char	   *records;		/* the Redis key of the item's records */
 	int			recordslen;
 } StockDecision;
 
 extern Relation stock_decisions_open(Oid fn_oid, LOCKMODE lockmode);
-extern uint64 stock_installation_id(Relation rel);
 extern void stock_decision_insert(Relation rel, FullTransactionId fxid,
 								  const char *op_id, Oid serverid,
 								  const char *records, int recordslen);
@@ -165,6 +166,9 @@ extern void stock_decisions_seen(Relation rel, Snapshot snapshot,
 								 char **op_ids, int nops, bool *seen);
 extern List *stock_decisions_of_server(Relation rel, Snapshot snapshot,
 									   Oid serverid);
+extern void stock_decision_set_gone_since(Relation rel,
+										  const StockDecision *row,
+										  TimestampTz gone_since);
 
 extern void redislock_init_xact(void);
 

@@ -32,6 +32,7 @@
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 
 #include "redislock.h"
 
@@ -58,18 +59,18 @@ typedef struct PendingDecrement
 static uint64 op_number = 0;
 
 /*
- * The (sub)transaction, and the installation, whose operation ids
+ * The (sub)transaction, and the table of decisions, whose operation ids
  * op_id_start begins
  */
 static FullTransactionId op_id_xid = {0};
-static uint64 op_id_installation = 0;
+static Oid	op_id_table = InvalidOid;
 
 /*
- * "<system identifier>:<timeline>:<database>:<installation>:<transaction
- * ID>:" for op_id_xid: the start of the operation ids of its decrements,
- * made once per transaction
+ * "<system identifier>:<timeline>:<database>:<table>:<transaction ID>:" for
+ * op_id_xid: the start of the operation ids of its decrements, made once
+ * per transaction
  */
-static char op_id_start[96];
+static char op_id_start[80];
 static int	op_id_startlen;
 
 /* Entries live in TopTransactionContext; the list is emptied at xact end */
@@ -365,38 +366,37 @@ stock_current_timeline(void)
 }
 
 /*
- * The operation id of a decrement by the current (sub)transaction, of the
- * extension installed with the random number installation:
- * "<system identifier>:<timeline>:<database>:<installation>:<transaction
+ * The operation id of a decrement by the current (sub)transaction, whose
+ * row goes into the table whose OID is table (redis_stock_decrements):
+ * "<system identifier>:<timeline>:<database>:<table>:<transaction
  * ID>:<number>".  The transaction ID is assigned if need be; it tells
  * redis_stock_recover() whose end to wait for, the timeline on which that
- * ID means this transaction, and the database and installation whose
- * redis_stock_decrements holds its row: only that installation's recovery
- * may decide it by its row.  The number makes the id unique: an ID that
- * had not reached WAL may be handed out again after a crash.
+ * ID means this transaction, and the database and table that hold its row:
+ * only a recovery that reads that table may decide it by its row.  The
+ * number makes the id unique: an ID that had not reached WAL may be handed
+ * out again after a crash.
  */
 static char *
-operation_id(uint64 installation)
+operation_id(Oid table)
 {
 	FullTransactionId fxid = GetCurrentFullTransactionId();
 	char	   *op_id;
 	int			len;
 
 	/* numbers are written by hand: a format would cost more than the rest */
-	if (!FullTransactionIdEquals(fxid, op_id_xid) ||
-		installation != op_id_installation)
+	if (!FullTransactionIdEquals(fxid, op_id_xid) || table != op_id_table)
 	{
 		char	   *p = op_id_start;
 
 		op_id_xid = fxid;
-		op_id_installation = installation;
+		op_id_table = table;
 		p += pg_ulltoa_n(GetSystemIdentifier(), p);
 		*p++ = ':';
 		p += pg_ultoa_n(stock_current_timeline(), p);
 		*p++ = ':';
 		p += pg_ultoa_n(MyDatabaseId, p);
 		*p++ = ':';
-		p += pg_ulltoa_n(installation, p);
+		p += pg_ultoa_n(table, p);
 		*p++ = ':';
 		p += pg_ulltoa_n(U64FromFullTransactionId(fxid), p);
 		*p++ = ':';
@@ -499,7 +499,7 @@ item_keys(RedisConn *conn, const text *key, StockKeys *keys)
  */
 static PendingDecrement *
 new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer,
-			  uint64 installation)
+			  Oid table)
 {
 	text	   *key = redis_key_arg(fcinfo, 0);
 	RedisConn  *conn = redis_conn_current();
@@ -514,7 +514,7 @@ new_decrement(FunctionCallInfo fcinfo, int64 qty, const char *buyer,
 	stock_require_counter_server(conn);
 	if (buyer != NULL)
 		decrement->buyer = pstrdup(buyer);
-	decrement->op_id = operation_id(installation);
+	decrement->op_id = operation_id(table);
 	decrement->xid = GetCurrentFullTransactionId();
 	decrement->qty = qty;
 	decrement->level = GetCurrentTransactionNestLevel();
@@ -614,8 +614,7 @@ redis_stock_decr(PG_FUNCTION_ARGS)
 	/* its row is written as an INSERT's would be, and refused as one is */
 	PreventCommandIfReadOnly("redis_stock_decr()");
 	decisions = stock_decisions_open(fcinfo->flinfo->fn_oid, RowExclusiveLock);
-	decrement = new_decrement(fcinfo, qty, buyer,
-							  stock_installation_id(decisions));
+	decrement = new_decrement(fcinfo, qty, buyer, RelationGetRelid(decisions));
 	key = decrement->keys.stock + decrement->keys.prefixlen;
 
 	stock_keys_call(call, decrement->conn, &decrement->keys, &stock_decr_script);

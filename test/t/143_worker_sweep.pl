@@ -14,7 +14,8 @@ use RedisLockTest qw(wait_until);
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('sweep', $redis, conf => join("\n",
 		"shared_preload_libraries = 'redislock'",
-		"redislock.recover_interval = 0"));
+		"redislock.recover_interval = 0",
+		"redislock.purge_delay = '1s'"));
 
 sub rows
 {
@@ -46,7 +47,7 @@ is(rows(), '3', 'with the interval at 0, their rows stay');
 
 set_interval('2s');
 ok(defined wait_until(15, sub { rows() eq '0' }),
-	'with an interval of 2 s, the worker deletes them, nobody calling recover');
+	'with an interval of 2 s, the worker deletes them, nobody calling recover, a sweep after it found their records gone');
 is($node->safe_psql('postgres', "SELECT redis_stock_get('sweep')"), '7',
 	'and the stock is untouched');
 

@@ -14,7 +14,8 @@ use Test::More;
 use RedisLockTest qw(wait_until);
 
 my $redis = RedisLockTest->start_redis();
-my $node = RedisLockTest->new_node('batch', $redis);
+# Rows go as soon as a recovery finds their records gone.
+my $node = RedisLockTest->new_node('batch', $redis, conf => 'redislock.purge_delay = 0');
 
 # The keys of the items' records (the hashes go when their last record
 # does).
