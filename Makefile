@@ -7,7 +7,7 @@ OBJS = src/redislock.o src/resp.o src/node.o src/call.o src/batch.o \
 	src/cluster.o src/sentinel.o src/redlock.o src/args.o src/keys.o \
 	src/scripts.o src/option.o src/lock.o src/stock.o src/decisions.o \
 	src/recover.o src/xact.o src/locktable.o src/stats.o src/worker.o \
-	src/watchdog.o src/wake.o src/waker.o
+	src/watchdog.o src/wake.o src/waker.o src/recoverer.o
 SHLIB_LINK = -lhiredis
 
 DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \
@@ -29,7 +29,8 @@ ISOLATION = lock_wait lock_rollback savepoint_release stock_no_oversell \
 # from the objects at link time (every pg_finfo_X defined by
 # PG_FUNCTION_INFO_V1 names an X), so a new SQL function needs nothing here,
 # and internal helpers stay local whatever their names.
-BGW_ENTRIES = redislock_launcher_main redislock_worker_main
+BGW_ENTRIES = redislock_launcher_main redislock_worker_main \
+	redislock_recovery_main
 SHLIB_LINK += -Wl,--version-script=exports.map
 EXTRA_CLEAN += exports.map tmp_check
 

@@ -9,6 +9,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "postmaster/postmaster.h"
 #include "storage/ipc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -162,6 +163,13 @@ init_shared_memory(void)
 							"Each lock held or awaited takes an entry of the shared lock table.",
 							&redislock_max_locks,
 							4096, 1, INT_MAX / 2,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redislock.max_workers",
+							"Number of databases whose locks the background workers serve at once.",
+							"Each database whose locks are renewed or woken takes a worker; redislock takes at most this many of max_worker_processes, besides its launcher and one recovery worker.",
+							&redislock_max_workers,
+							4, 1, MAX_BACKENDS,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	redislock_preloaded = true;

@@ -1,23 +1,43 @@
 /*-------------------------------------------------------------------------
  *
  * worker.c
- *		The background workers of a preloaded redislock: a launcher, and a
- *		worker per database that the launcher starts on demand.
+ *		The background workers of a preloaded redislock: a launcher, a
+ *		worker per database that renews leases and wakes waiters, and the
+ *		recovery worker (recoverer.c).
  *
  * Foreign servers and user mappings live in each database's catalog, so
  * work on Redis is done by a worker connected to the database whose
  * servers it concerns.  The launcher, connected to no database, starts
- * those workers: a small table in shared memory holds, per database, the
- * work asked for, the worker attached, and when the next start may be.
- * Any process may ask for work there (redislock_request_worker()), and
- * setting the launcher's latch wakes it to start the worker.
+ * those workers.  A small table in shared memory holds, per database whose
+ * locks want a worker, the work asked for, the worker attached, and when
+ * the next start may be.  Any process may ask for work there
+ * (redislock_request_worker()), and setting the launcher's latch wakes it
+ * to start the worker.  The table has redislock.max_workers slots, and the
+ * launcher starts no other worker than theirs, one recovery worker and
+ * itself: that is all redislock takes of max_worker_processes.  A request
+ * that finds no slot fails, and a lock whose renewal it asked for says so
+ * with a WARNING rather than go unrenewed unseen.
  *
- * When the launcher starts (with the server, or again after a crash), it
- * asks for stock recovery in every database that takes connections: the
- * decrements that transactions ended by a crash left open are settled as
- * redis_stock_recover() settles them.  A worker in a database without the
- * extension finds nothing to do.  Work that fails (Redis unreachable) is
- * tried again by a new worker, after a pause that doubles each time.
+ * Renewal comes first: the worker that renews leases and wakes waiters does
+ * nothing else.  Stock recovery may be long (it SCANs every key), wait for
+ * a lock, or fail for ever (a server that the bootstrap superuser has no
+ * user mapping for), so it runs in a recovery worker of its own, and its
+ * failures and pauses are its own: they never delay the start of a
+ * renewing worker, nor its renewals.  The launcher keeps the databases due
+ * for recovery in a queue, in its own memory, and runs one recovery at a
+ * time for the whole server, one database after another; a database whose
+ * recovery failed (Redis unreachable) goes to the back of the queue, to be
+ * tried again after a pause that doubles each time.  It asks for recovery
+ * in every database that takes connections when it starts on a primary
+ * (with the server, or again after a crash), at a promotion, and every
+ * redislock.recover_interval after; a reload reschedules that only when
+ * the interval changed.  A recovery in a database without the extension
+ * finds nothing to do.
+ *
+ * On a hot standby, locks are taken as on a primary, and their leases are
+ * renewed and their waiters woken the same way, as nothing of that writes
+ * to PostgreSQL: the launcher and the database workers start once the
+ * standby is consistent.  Recovery, which writes, waits for a promotion.
  *
  * A worker that locks of its database ask for (REDISLOCK_WORK_RENEW)
  * stays while they want their leases renewed (watchdog.c), and a little
@@ -25,13 +45,11 @@
  * only when the worker would otherwise look too late.  Likewise, a worker
  * that waiters ask to listen for their locks' releases (REDISLOCK_WORK_WAKE,
  * waker.c) stays while they wait, and a little longer, waking for what
- * comes on its subscriptions as well as for its latch.  Otherwise a worker
- * holds its database only while it works, and never across a pause
- * between two tries of failed work.  DROP DATABASE, and the other
- * commands that need a database to themselves, wait a few seconds for its
- * connections to leave and then fail; the launcher watches for them and
- * terminates a worker in their way, as those commands themselves
- * terminate autovacuum workers.
+ * comes on its subscriptions as well as for its latch.  DROP DATABASE, and
+ * the other commands that need a database to themselves, wait a few
+ * seconds for its connections to leave and then fail; the launcher watches
+ * for them and terminates a worker in their way, the recovery worker
+ * included, as those commands themselves terminate autovacuum workers.
  *
  * After a crash the postmaster makes shared memory anew: nothing from
  * before is kept, and the launcher, restarted, begins again.
@@ -47,10 +65,9 @@
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
-#include "executor/spi.h"
-#include "foreign/foreign.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -62,25 +79,34 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "redislock.h"
 #include "worker.h"
 
-/* The pause before the first new try of failed work, and the longest */
+/* redislock.max_workers: the slots of the table, set in redislock.c */
+int			redislock_max_workers = 4;
+
+/*
+ * The pause before the first new try of a failed recovery, and the
+ * longest; and the same for a database worker that stopped with work left
+ * (it failed to start, or was terminated), which locks wait for
+ */
 #define FIRST_RETRY_MS		1000
 #define LAST_RETRY_MS		30000
+#define FIRST_RESTART_MS	100
+#define LAST_RESTART_MS		1000
 
 /* redislock.recover_interval: ms between two recoveries, 0 for none */
 static int	recover_interval_ms = 300000;
 
-/* How often the launcher looks for commands that need a worker's database */
+/*
+ * How often the launcher looks for commands that need a worker's database,
+ * and, on a standby, for a promotion
+ */
 #define WATCH_MS			500
 
 /*
@@ -110,7 +136,7 @@ typedef struct WorkerSlot
 	Latch	   *latch;			/* and its latch, NULL when none */
 	pg_atomic_uint64 renew_wake_at; /* when the worker, renewing, next looks
 									 * at the leases; 0 while it looks */
-	int			attempts;		/* starts since the work last succeeded */
+	int			attempts;		/* starts since the work was last done */
 	TimestampTz not_before;		/* no start before this */
 } WorkerSlot;
 
@@ -118,45 +144,21 @@ typedef struct WorkerState
 {
 	slock_t		mutex;
 	Latch	   *launcher_latch; /* NULL while no launcher runs */
+	Oid			recovering;		/* the database of the last recovery
+								 * started */
+	pid_t		recovery_pid;	/* its worker, 0 when none runs */
+	bool		recovered;		/* it recovered every server there */
 	int			nslots;
 	WorkerSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } WorkerState;
 
-/* What one recovery of a server found */
-typedef struct RecoverySummary
+/* A database whose recovery the launcher has yet to run */
+typedef struct PendingRecovery
 {
-	int64		given;			/* decrements given back */
-	int64		units;			/* and their units */
-	char	   *items;			/* "key (units), ...", NULL when none */
-	int64		failed;			/* records that Redis refused to settle */
-	int64		undecided;		/* records that cannot be decided here */
-} RecoverySummary;
-
-/*
- * The summary of redis_stock_recover() on the server of redislock.server:
- * its outcomes are documented; "in progress" belongs to a live transaction
- */
-#define RECOVER_QUERY \
-	"WITH r AS (SELECT key, qty, outcome FROM %s.redis_stock_recover()), " \
-	"back AS (SELECT key, sum(qty) AS units FROM r " \
-	"         WHERE outcome = 'aborted' GROUP BY key) " \
-	"SELECT (SELECT count(*) FROM r WHERE outcome = 'aborted'), " \
-	"       (SELECT coalesce(sum(units), 0)::bigint FROM back), " \
-	"       (SELECT string_agg(key || ' (' || units || ')', ', ' ORDER BY key) FROM back), " \
-	"       (SELECT count(*) FROM r WHERE outcome LIKE '%% failed'), " \
-	"       (SELECT count(*) FROM r WHERE outcome NOT IN " \
-	"          ('aborted', 'committed', 'in progress', 'give-back failed', 'clear failed'))"
-
-/*
- * The extension's schema and the servers of its foreign data wrapper, one
- * row per server; none when the extension is not installed
- */
-#define SERVERS_QUERY \
-	"SELECT n.nspname, s.srvname FROM pg_catalog.pg_extension e " \
-	"JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace " \
-	"LEFT JOIN pg_catalog.pg_foreign_data_wrapper w ON w.fdwname = 'redislock' " \
-	"LEFT JOIN pg_catalog.pg_foreign_server s ON s.srvfdw = w.oid " \
-	"WHERE e.extname = 'redislock' ORDER BY s.srvname"
+	Oid			dboid;
+	int			failures;		/* tries that failed */
+	TimestampTz not_before;		/* no try before this */
+} PendingRecovery;
 
 static WorkerState *state = NULL;
 
@@ -165,18 +167,22 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* The launcher's starts of workers, per slot, until they stopped */
+/*
+ * The launcher's starts of workers, per slot, and of the recovery worker,
+ * until they stopped; and its queue of recoveries, PendingRecovery *
+ */
 static BackgroundWorkerHandle **launches = NULL;
+static BackgroundWorkerHandle *recovery_launch = NULL;
+static List *pending = NIL;
 
-/* A worker's slot, and its database's name for messages */
+/* A worker's slot */
 static WorkerSlot *my_slot = NULL;
-static char *my_dbname = NULL;
 
 static Size
 worker_state_size(void)
 {
 	return add_size(offsetof(WorkerState, slots),
-					mul_size(max_worker_processes, sizeof(WorkerSlot)));
+					mul_size(redislock_max_workers, sizeof(WorkerSlot)));
 }
 
 static void
@@ -191,7 +197,7 @@ worker_shmem_request(void)
 
 /*
  * Make the table, empty: a slot per database with work or a worker, as
- * many as workers can run at once.  At a restart after a crash the
+ * many as redislock.max_workers.  At a restart after a crash the
  * postmaster makes all shared memory anew and comes here again, so that
  * nothing from before the crash survives.
  */
@@ -211,21 +217,24 @@ worker_shmem_startup(void)
 
 		memset(state, 0, worker_state_size());
 		SpinLockInit(&state->mutex);
-		state->nslots = max_worker_processes;
+		state->nslots = redislock_max_workers;
 		for (i = 0; i < state->nslots; i++)
 			pg_atomic_init_u64(&state->slots[i].renew_wake_at, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* A worker of this library that connects to a database of a primary */
+/*
+ * A worker of this library that connects to a database, started once a
+ * standby is consistent: nothing but recovery writes, which asks for more
+ */
 static void
 define_worker(BackgroundWorker *worker, const char *function, const char *type)
 {
 	memset(worker, 0, sizeof(BackgroundWorker));
 	worker->bgw_flags = BGWORKER_SHMEM_ACCESS |
 		BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker->bgw_start_time = BgWorkerStart_ConsistentState;
 	worker->bgw_restart_time = BGW_NEVER_RESTART;
 	strlcpy(worker->bgw_library_name, "redislock", BGW_MAXLEN);
 	strlcpy(worker->bgw_function_name, function, BGW_MAXLEN);
@@ -293,9 +302,8 @@ wake_launcher(void)
 /*
  * Ask for work in a database: its worker is started if none runs, and does
  * the work before it exits; a worker that runs is woken to take it.  False
- * when the server was not started with redislock preloaded, or when the
- * table has no room left; the launcher then asks again for its recoveries
- * once a slot is free.
+ * when the server was not started with redislock preloaded, or when every
+ * slot of the table serves another database.
  */
 bool
 redislock_request_worker(Oid dboid, uint32 work)
@@ -360,14 +368,22 @@ renewal_on_time(Oid dboid, TimestampTz due)
 /*
  * A lock was granted, in this database, whose lease the watchdog renews
  * first at due: ask for renewal unless the worker renews already and looks
- * by then.  Most acquires so write nothing to shared memory here.
+ * by then.  Most acquires so write nothing to shared memory here.  When
+ * every slot serves another database, the lease runs out unless a later
+ * request finds one: say so now, not when the lock is found lost.
  */
 void
 redislock_request_renewal(TimestampTz due)
 {
 	if (state == NULL || renewal_on_time(MyDatabaseId, due))
 		return;
-	(void) redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_RENEW);
+	if (!redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_RENEW))
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("no redislock worker is free to renew the lease of this lock"),
+				 errdetail("All %d worker slots serve other databases, so the lease ends after its ttl_ms unless a slot frees up before.",
+						   state->nslots),
+				 errhint("You might need to increase redislock.max_workers.")));
 }
 
 /* The pid of the worker that runs in a database, 0 when none does */
@@ -388,13 +404,13 @@ redislock_worker_pid(Oid dboid)
 }
 
 /*
- * The pause before the next start of a database's worker, which has
- * already been started that many times without success
+ * The pause before the next start of work, which has already been tried
+ * that many times without success: from first, doubling, up to last (ms)
  */
 static int
-retry_pause_ms(int attempts)
+retry_pause_ms(int attempts, int first, int last)
 {
-	return Min(FIRST_RETRY_MS << Min(attempts, 16), LAST_RETRY_MS);
+	return Min(first << Min(attempts, 16), last);
 }
 
 /*
@@ -452,23 +468,6 @@ connectable_databases(void)
 	return dbs;
 }
 
-/*
- * Ask for recovery in each database of the list; returns those for which
- * the table had no room, to ask again later
- */
-static List *
-request_recoveries(List *dboids)
-{
-	List	   *left = NIL;
-	ListCell   *lc;
-
-	foreach(lc, dboids)
-		if (!redislock_request_worker(lfirst_oid(lc), REDISLOCK_WORK_RECOVER))
-			left = lappend_oid(left, lfirst_oid(lc));
-	list_free(dboids);
-	return left;
-}
-
 /* Forget the starts whose worker has stopped, or never started */
 static void
 forget_stopped_launches(void)
@@ -488,6 +487,18 @@ forget_stopped_launches(void)
 	}
 }
 
+/* Terminate the worker pid of dboid if a command needs that database */
+static void
+terminate_in_the_way(pid_t pid, Oid dboid)
+{
+	if (pid == 0 || !database_claimed(dboid))
+		return;
+	ereport(DEBUG1,
+			(errmsg_internal("terminating redislock worker %d of database %u for a command that needs the database",
+							 (int) pid, dboid)));
+	(void) kill(pid, SIGTERM);
+}
+
 /*
  * Terminate the workers whose database a command needs to itself.  Their
  * work stays asked for: the database may be renamed or copied, not
@@ -496,26 +507,41 @@ forget_stopped_launches(void)
 static void
 terminate_workers_in_the_way(void)
 {
+	Oid			dboid;
+	pid_t		pid;
 	int			i;
 
 	for (i = 0; i < state->nslots; i++)
 	{
-		Oid			dboid;
-		pid_t		pid;
-
 		SpinLockAcquire(&state->mutex);
 		dboid = state->slots[i].dboid;
 		pid = state->slots[i].pid;
 		SpinLockRelease(&state->mutex);
-
-		if (pid != 0 && database_claimed(dboid))
-		{
-			ereport(DEBUG1,
-					(errmsg_internal("terminating redislock worker %d of database %u for a command that needs the database",
-									 (int) pid, dboid)));
-			(void) kill(pid, SIGTERM);
-		}
+		terminate_in_the_way(pid, dboid);
 	}
+	SpinLockAcquire(&state->mutex);
+	dboid = state->recovering;
+	pid = state->recovery_pid;
+	SpinLockRelease(&state->mutex);
+	terminate_in_the_way(pid, dboid);
+}
+
+/*
+ * Start a worker that the launcher watches, in handle; false, with a
+ * WARNING, when no background worker slot is free
+ */
+static bool
+launch(BackgroundWorker *worker, BackgroundWorkerHandle **handle)
+{
+	worker->bgw_notify_pid = MyProcPid;
+	if (RegisterDynamicBackgroundWorker(worker, handle))
+		return true;
+	ereport(WARNING,
+			(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+			 errmsg("could not start %s: out of background worker slots",
+					worker->bgw_name),
+			 errhint("You might need to increase max_worker_processes.")));
+	return false;
 }
 
 /* Start the worker of a database in slot i */
@@ -528,19 +554,14 @@ start_worker(int i, Oid dboid)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "redislock worker for database %u",
 			 dboid);
 	worker.bgw_main_arg = ObjectIdGetDatum(dboid);
-	worker.bgw_notify_pid = MyProcPid;
-	if (!RegisterDynamicBackgroundWorker(&worker, &launches[i]))
-		ereport(WARNING,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("could not start a redislock worker for database %u: out of background worker slots",
-						dboid),
-				 errhint("You might need to increase max_worker_processes.")));
+	(void) launch(&worker, &launches[i]);
 }
 
 /*
  * Start the worker of slot i, whose work is due, unless its database is
  * gone or taken by a command.  The next start, if this one fails, waits
- * longer: returns when it may be, DT_NOEND when the slot was freed.
+ * longer, but never long, as locks wait for it: returns when it may be,
+ * DT_NOEND when the slot was freed.
  */
 static TimestampTz
 start_due_worker(int i, Oid dboid, List *dbs, TimestampTz now)
@@ -562,7 +583,9 @@ start_due_worker(int i, Oid dboid, List *dbs, TimestampTz now)
 
 	SpinLockAcquire(&state->mutex);
 	not_before = TimestampTzPlusMilliseconds(now,
-											 retry_pause_ms(slot->attempts));
+											 retry_pause_ms(slot->attempts,
+															FIRST_RESTART_MS,
+															LAST_RESTART_MS));
 	slot->not_before = not_before;
 	slot->attempts++;
 	SpinLockRelease(&state->mutex);
@@ -633,6 +656,187 @@ start_due_workers(void)
 	return Max(TimestampDifferenceMilliseconds(now, next), 1);
 }
 
+/* The sooner of two sleeps in ms, -1 standing for no end */
+static long
+sooner(long a, long b)
+{
+	if (a < 0)
+		return b;
+	if (b < 0)
+		return a;
+	return Min(a, b);
+}
+
+/* The queued recovery of dboid, NULL when none is */
+static PendingRecovery *
+find_pending(Oid dboid)
+{
+	ListCell   *lc;
+
+	foreach(lc, pending)
+	{
+		PendingRecovery *p = lfirst(lc);
+
+		if (p->dboid == dboid)
+			return p;
+	}
+	return NULL;
+}
+
+/*
+ * Queue a recovery in every database that takes connections; a database
+ * queued already keeps its place and its pause
+ */
+static void
+queue_recoveries(void)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	List	   *dbs = connectable_databases();
+	ListCell   *lc;
+
+	foreach(lc, dbs)
+	{
+		PendingRecovery *p;
+
+		if (find_pending(lfirst_oid(lc)) != NULL)
+			continue;
+		p = palloc0(sizeof(PendingRecovery));
+		p->dboid = lfirst_oid(lc);
+		pending = lappend(pending, p);
+	}
+	list_free(dbs);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * A recovery failed, or could not start: its database goes to the back of
+ * the queue, so that the others have their turn, and waits longer
+ */
+static void
+recovery_failed(PendingRecovery *p, TimestampTz now)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+
+	p->not_before = TimestampTzPlusMilliseconds(now,
+												retry_pause_ms(p->failures++,
+															   FIRST_RETRY_MS,
+															   LAST_RETRY_MS));
+	pending = list_delete_ptr(pending, p);
+	pending = lappend(pending, p);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/* A recovery is over or gone: its database leaves the queue */
+static void
+recovery_over(PendingRecovery *p)
+{
+	pending = list_delete_ptr(pending, p);
+	pfree(p);
+}
+
+/*
+ * Once the recovery worker that the launcher started has stopped, take
+ * what it said: its database leaves the queue if it recovered every
+ * server, and is tried again later if not (it failed, or was terminated)
+ */
+static void
+take_recovery_outcome(TimestampTz now)
+{
+	pid_t		pid;
+	Oid			dboid;
+	bool		recovered;
+	PendingRecovery *p;
+
+	if (recovery_launch == NULL ||
+		GetBackgroundWorkerPid(recovery_launch, &pid) != BGWH_STOPPED)
+		return;
+	pfree(recovery_launch);
+	recovery_launch = NULL;
+	SpinLockAcquire(&state->mutex);
+	dboid = state->recovering;
+	recovered = state->recovered;
+	SpinLockRelease(&state->mutex);
+	if ((p = find_pending(dboid)) == NULL)
+		return;
+	if (recovered)
+		recovery_over(p);
+	else
+		recovery_failed(p, now);
+}
+
+/*
+ * Start the recovery of the database whose turn it is, unless it no
+ * longer takes connections (it leaves the queue) or a command has it (it
+ * waits, as after a failure)
+ */
+static void
+start_recovery(PendingRecovery *p, TimestampTz now)
+{
+	BackgroundWorker worker;
+	List	   *dbs = connectable_databases();
+	bool		gone = !list_member_oid(dbs, p->dboid);
+
+	list_free(dbs);
+	if (gone)
+	{
+		recovery_over(p);
+		return;
+	}
+	if (database_claimed(p->dboid))
+	{
+		recovery_failed(p, now);
+		return;
+	}
+	define_worker(&worker, "redislock_recovery_main", "redislock recovery");
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	snprintf(worker.bgw_name, BGW_MAXLEN,
+			 "redislock recovery for database %u", p->dboid);
+	worker.bgw_main_arg = ObjectIdGetDatum(p->dboid);
+	SpinLockAcquire(&state->mutex);
+	state->recovering = p->dboid;
+	state->recovered = false;
+	SpinLockRelease(&state->mutex);
+	if (!launch(&worker, &recovery_launch))
+		recovery_failed(p, now);
+}
+
+/*
+ * Run the recoveries: one at a time, on a primary, the first database of
+ * the queue whose pause is over next.  Returns how long the launcher may
+ * sleep before it must look again, -1 for as long as nothing wakes it.
+ */
+static long
+start_due_recovery(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz next = DT_NOEND;
+	bool		running;
+	ListCell   *lc;
+
+	take_recovery_outcome(now);
+	SpinLockAcquire(&state->mutex);
+	running = state->recovery_pid != 0;
+	SpinLockRelease(&state->mutex);
+	if (running || recovery_launch != NULL)
+		return WATCH_MS;
+	if (RecoveryInProgress())
+		return -1;
+	foreach(lc, pending)
+	{
+		PendingRecovery *p = lfirst(lc);
+
+		if (p->not_before <= now)
+		{
+			start_recovery(p, now);
+			return recovery_launch != NULL ? WATCH_MS : 1;
+		}
+		next = Min(next, p->not_before);
+	}
+	if (next == DT_NOEND)
+		return -1;
+	return Max(TimestampDifferenceMilliseconds(now, next), 1);
+}
+
 /*
  * When the next recovery in every database is due: a crash is not the only
  * way records are left (a give-back that could not reach Redis), and the
@@ -647,17 +851,15 @@ sweep_after(TimestampTz now)
 	return TimestampTzPlusMilliseconds(now, recover_interval_ms);
 }
 
-/* The launcher's sleep: until a worker is due (-1: none) or the sweep is */
+/* The launcher's sleep, timeout (-1: none), cut to the sweep when due */
 static long
 until_sweep(long timeout, TimestampTz next_sweep)
 {
-	long		sweep_ms;
-
 	if (next_sweep == DT_NOEND)
 		return timeout;
-	sweep_ms = Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-												   next_sweep), 1);
-	return timeout < 0 ? sweep_ms : Min(timeout, sweep_ms);
+	return sooner(timeout,
+				  Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													  next_sweep), 1));
 }
 
 /* At the launcher's exit: requests no longer wake it */
@@ -670,16 +872,20 @@ forget_launcher(int code, Datum arg)
 }
 
 /*
- * The launcher.  It asks for a recovery in every database, then starts
- * workers as they are asked for and due, and watches those that run.  It
- * sleeps on its latch, which requests, its workers' starts and exits (the
- * postmaster signals it), SIGHUP and SIGTERM set.
+ * The launcher.  On a primary, it queues a recovery in every database, at
+ * its start (or at the promotion of the standby it started on) and every
+ * recover_interval; it starts workers as they are asked for and due, and
+ * the recoveries one at a time, and watches those that run.  It sleeps on
+ * its latch, which requests, its workers' starts and exits (the
+ * postmaster signals it), SIGHUP and SIGTERM set; on a standby, it also
+ * looks for a promotion every WATCH_MS.
  */
 void
 redislock_launcher_main(Datum main_arg)
 {
-	List	   *backlog;
-	TimestampTz next_sweep;
+	bool		primary = false;
+	int			interval = recover_interval_ms;
+	TimestampTz next_sweep = DT_NOEND;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -693,24 +899,26 @@ redislock_launcher_main(Datum main_arg)
 	SpinLockRelease(&state->mutex);
 	on_shmem_exit(forget_launcher, 0);
 
-	backlog = connectable_databases();
-	next_sweep = sweep_after(GetCurrentTimestamp());
 	for (;;)
 	{
 		long		timeout;
 		TimestampTz now = GetCurrentTimestamp();
 
+		if (!primary && !RecoveryInProgress())
+		{
+			primary = true;
+			next_sweep = now;
+		}
 		if (now >= next_sweep)
 		{
-			List	   *dbs = connectable_databases();
-
-			backlog = list_concat_unique_oid(backlog, dbs);
-			list_free(dbs);
+			queue_recoveries();
 			next_sweep = sweep_after(now);
 		}
-		backlog = request_recoveries(backlog);
 		terminate_workers_in_the_way();
-		timeout = until_sweep(start_due_workers(), next_sweep);
+		timeout = sooner(start_due_workers(), start_due_recovery());
+		timeout = until_sweep(timeout, next_sweep);
+		if (!primary)
+			timeout = sooner(timeout, WATCH_MS);
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
 						 (timeout >= 0 ? WL_TIMEOUT : 0),
@@ -721,10 +929,14 @@ redislock_launcher_main(Datum main_arg)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
-			next_sweep = sweep_after(GetCurrentTimestamp());
+			/* only a new interval moves the next sweep */
+			if (recover_interval_ms != interval && primary)
+				next_sweep = sweep_after(GetCurrentTimestamp());
+			interval = recover_interval_ms;
 		}
 	}
 }
+
 
 /*
  * Take the slot of dboid as its worker; false when there is none, or when
@@ -795,270 +1007,43 @@ work_done(uint32 work)
 	SpinLockRelease(&state->mutex);
 }
 
-/*
- * The schema of the extension and the names of its servers, in the
- * current memory context; false when the extension is not installed
- */
-static bool
-extension_servers(char **nspname, List **servers)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	uint64		i;
-
-	*nspname = NULL;
-	*servers = NIL;
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_execute(SERVERS_QUERY, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not list the Redis servers of database \"%s\"",
-			 my_dbname);
-	for (i = 0; i < SPI_processed; i++)
-	{
-		HeapTuple	row = SPI_tuptable->vals[i];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		char	   *srvname = SPI_getvalue(row, desc, 2);
-		MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
-
-		*nspname = pstrdup(SPI_getvalue(row, desc, 1));
-		if (srvname != NULL)
-			*servers = lappend(*servers, pstrdup(srvname));
-		MemoryContextSwitchTo(oldcxt);
-	}
-	PopActiveSnapshot();
-	SPI_finish();
-	CommitTransactionCommand();
-	MemoryContextSwitchTo(cxt);
-	return *nspname != NULL;
-}
-
-/*
- * Can the server hold stock?  A server whose calls are decided by a quorum
- * (Redlock) cannot, as its masters are independent counters, and
- * recovering there is an error that trying again would only repeat.
- */
-static bool
-server_holds_stock(const char *srvname)
-{
-	ForeignServer *server = GetForeignServerByName(srvname, false);
-	RedisServerOptions opts;
-
-	redis_read_options(&opts, server->options, NIL);
-	return redis_topology_of_kind(opts.kind)->decide == NULL;
-}
-
-/* The int8 in column col of the only row that SPI returned */
-static int64
-result_int8(int col)
-{
-	bool		isnull;
-	Datum		value = SPI_getbinval(SPI_tuptable->vals[0],
-									  SPI_tuptable->tupdesc, col, &isnull);
-
-	return isnull ? 0 : DatumGetInt64(value);
-}
-
-/*
- * Run redis_stock_recover() on a server, in the current transaction, and
- * summarize what it did.  The items are copied into cxt.
- */
+/* At the recovery worker's exit, however it exits: the next may start */
 static void
-recover_on(const char *nspname, const char *srvname, RecoverySummary *sum,
-		   MemoryContext cxt)
+detach_recovery(int code, Datum arg)
 {
-	char	   *items;
-
-	(void) set_config_option("redislock.server", srvname, PGC_SUSET,
-							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_execute(psprintf(RECOVER_QUERY, quote_identifier(nspname)),
-					false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "redis_stock_recover() returned no summary");
-	sum->given = result_int8(1);
-	sum->units = result_int8(2);
-	items = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3);
-	sum->items = items != NULL ? MemoryContextStrdup(cxt, items) : NULL;
-	sum->failed = result_int8(4);
-	sum->undecided = result_int8(5);
-	PopActiveSnapshot();
-	SPI_finish();
-}
-
-/* Say what a recovery gave back, and what it left */
-static void
-report_recovery(const char *srvname, const RecoverySummary *sum)
-{
-	if (sum->given > 0)
-		ereport(LOG,
-				(errmsg_plural("gave back %lld unit of Redis stock on server \"%s\" in database \"%s\"",
-							   "gave back %lld units of Redis stock on server \"%s\" in database \"%s\"",
-							   sum->units, (long long) sum->units, srvname,
-							   my_dbname),
-				 errdetail_plural("%lld decrement did not commit.  Units by item: %s.",
-								  "%lld decrements did not commit.  Units by item: %s.",
-								  sum->given, (long long) sum->given,
-								  sum->items)));
-	if (sum->undecided > 0)
-		ereport(LOG,
-				(errmsg_plural("%lld decrement record of Redis stock on server \"%s\" in database \"%s\" was left undecided",
-							   "%lld decrement records of Redis stock on server \"%s\" in database \"%s\" were left undecided",
-							   sum->undecided, (long long) sum->undecided,
-							   srvname, my_dbname),
-				 errhint("redis_stock_recover() shows each record with its outcome.")));
+	SpinLockAcquire(&state->mutex);
+	state->recovery_pid = 0;
+	SpinLockRelease(&state->mutex);
+	wake_launcher();
 }
 
 /*
- * What a worker has to do: renew leases while locks here want it, and
- * recover stock when asked, again after a pause when that failed
+ * Take the recovery of dboid as its worker (recoverer.c); false when it is
+ * not the one the launcher started last, or when another worker has it
+ * (one a previous launcher started)
  */
-typedef struct WorkerPlan
+bool
+redislock_attach_recovery(Oid dboid)
 {
-	bool		renewing;		/* renewal taken, and not given up */
-	TimestampTz renew_at;		/* the next look at the leases */
-	TimestampTz idle_since;		/* no lease to renew since, 0 while some */
-	bool		waking;			/* listening for waiters taken, and not
-								 * given up */
-	TimestampTz wake_idle_since;	/* no waiter to listen for since, 0
-									 * while some */
-	TimestampTz recover_at;		/* the next recovery, DT_NOEND for none */
-	int			recover_failures;	/* since the last that succeeded */
-} WorkerPlan;
+	bool		attached;
 
-static void renew_as_planned(WorkerPlan *plan);
-
-/*
- * The least that a step of stock recovery may wait on Redis while leases
- * are renewed, in ms
- */
-#define RECOVER_MIN_WAIT_MS	50
-
-/*
- * Cap the current transaction's Redis timeouts at the time left until
- * renew_at, the next look at the leases: recovering on a server that
- * cannot be reached then waits no longer than a renewal may, so that the
- * renewals on other servers are not delayed by it.
- */
-static void
-cap_redis_waits(TimestampTz renew_at)
-{
-	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-													 renew_at);
-	char		value[32];
-
-	ms = Max(ms, RECOVER_MIN_WAIT_MS);
-	snprintf(value, sizeof(value), "%ld", ms);
-	if (ms < redislock_connect_timeout)
-		(void) set_config_option("redislock.connect_timeout", value,
-								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
-								 true, 0, false);
-	if (ms < redislock_command_timeout)
-		(void) set_config_option("redislock.command_timeout", value,
-								 PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL,
-								 true, 0, false);
+	SpinLockAcquire(&state->mutex);
+	attached = state->recovering == dboid && state->recovery_pid == 0;
+	if (attached)
+		state->recovery_pid = MyProcPid;
+	SpinLockRelease(&state->mutex);
+	if (attached)
+		on_shmem_exit(detach_recovery, 0);
+	return attached;
 }
 
-/*
- * Recover the stock of one server, in a transaction of its own, so that
- * an error (Redis unreachable, the server dropped meanwhile) ends only
- * that transaction and is logged; the other servers go on.  Its waits on
- * Redis end by renew_at, unless that is DT_NOEND.  True when every record
- * that could be settled was.
- */
-static bool
-recover_server(const char *nspname, const char *srvname, TimestampTz renew_at)
+/* The recovery worker recovered every server of its database */
+void
+redislock_recovery_succeeded(void)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool done = false;
-
-	pgstat_report_activity(STATE_RUNNING,
-						   psprintf("recovering Redis stock on server %s",
-									quote_identifier(srvname)));
-	PG_TRY();
-	{
-		RecoverySummary sum = {0};
-
-		StartTransactionCommand();
-		if (renew_at != DT_NOEND)
-			cap_redis_waits(renew_at);
-		if (server_holds_stock(srvname))
-			recover_on(nspname, srvname, &sum, cxt);
-		else
-			ereport(DEBUG1,
-					(errmsg_internal("redislock server \"%s\" in database \"%s\" holds no stock",
-									 srvname, my_dbname)));
-		CommitTransactionCommand();
-		report_recovery(srvname, &sum);
-		done = sum.failed == 0;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("could not recover Redis stock on server \"%s\" in database \"%s\"",
-						srvname, my_dbname),
-				 errdetail_internal("%s", edata->message),
-				 errhint("The redislock worker tries again later.")));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	return done;
-}
-
-/*
- * Recover the stock of every server of this database, renewing the leases
- * that fall due between servers when the plan renews.  True when each one
- * succeeded, or when the extension is not installed here.
- */
-static bool
-recover_database(WorkerPlan *plan)
-{
-	char	   *nspname;
-	List	   *servers;
-	ListCell   *lc;
-	bool		done = true;
-
-	if (!extension_servers(&nspname, &servers))
-	{
-		ereport(DEBUG1,
-				(errmsg_internal("extension redislock is not installed in database \"%s\"",
-								 my_dbname)));
-		return true;
-	}
-	foreach(lc, servers)
-	{
-		CHECK_FOR_INTERRUPTS();
-		if (plan->renewing)
-			renew_as_planned(plan);
-		if (!recover_server(nspname, lfirst(lc),
-							plan->renewing ? plan->renew_at : DT_NOEND))
-			done = false;
-	}
-	return done;
-}
-
-/*
- * Set up the worker's session: its database's name, for messages, and a
- * search_path of pg_catalog alone.  The worker runs as a superuser, and
- * no function or operator that a user made may stand in for a built-in one
- * in its queries.
- */
-static void
-init_session(void)
-{
-	StartTransactionCommand();
-	my_dbname = MemoryContextStrdup(TopMemoryContext,
-									get_database_name(MyDatabaseId));
-	SetConfigOption("search_path", "pg_catalog", PGC_SUSET, PGC_S_SESSION);
-	CommitTransactionCommand();
+	SpinLockAcquire(&state->mutex);
+	state->recovered = true;
+	SpinLockRelease(&state->mutex);
 }
 
 /*
@@ -1102,14 +1087,28 @@ redislock_worker_conn(Oid serverid, Oid userid)
 	return conn;
 }
 
+/*
+ * What a database's worker has to do: renew leases while locks here want
+ * it, and listen for the releases that waiters here wait for
+ */
+typedef struct WorkerPlan
+{
+	bool		renewing;		/* renewal taken, and not given up */
+	TimestampTz renew_at;		/* the next look at the leases, DT_NOEND
+								 * when not renewing */
+	TimestampTz idle_since;		/* no lease to renew since, 0 while some */
+	bool		waking;			/* listening for waiters taken, and not
+								 * given up */
+	TimestampTz wake_idle_since;	/* no waiter to listen for since, 0
+									 * while some */
+} WorkerPlan;
+
 /* Add to the plan the work asked for since the worker last looked */
 static void
 plan_taken_work(WorkerPlan *plan)
 {
 	uint32		work = take_work();
 
-	if (work & REDISLOCK_WORK_RECOVER)
-		plan->recover_at = 0;
 	if (work & REDISLOCK_WORK_RENEW)
 	{
 		plan->renewing = true;
@@ -1117,27 +1116,6 @@ plan_taken_work(WorkerPlan *plan)
 	}
 	if (work & REDISLOCK_WORK_WAKE)
 		plan->waking = true;
-}
-
-/*
- * Recover stock, the plan says it is due.  When it fails, a worker that
- * renews leases tries again itself after a pause, since its leaving would
- * stop the renewals; false for a worker that does not, which leaves for
- * the launcher to start it again later.
- */
-static bool
-recover_as_planned(WorkerPlan *plan)
-{
-	if (recover_database(plan))
-	{
-		work_done(REDISLOCK_WORK_RECOVER);
-		plan->recover_at = DT_NOEND;
-		plan->recover_failures = 0;
-		return true;
-	}
-	plan->recover_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												   retry_pause_ms(plan->recover_failures++));
-	return plan->renewing || plan->waking;
 }
 
 /*
@@ -1185,6 +1163,7 @@ renew_as_planned(WorkerPlan *plan)
 			 stop_renewing(plan))
 	{
 		plan->renewing = false;
+		plan->renew_at = DT_NOEND;
 		return;
 	}
 	plan->renew_at = Min(next, TimestampTzPlusMilliseconds(now,
@@ -1234,7 +1213,7 @@ wake_as_planned(WorkerPlan *plan)
 static void
 sleep_as_planned(const WorkerPlan *plan)
 {
-	TimestampTz wake = Min(plan->renew_at, plan->recover_at);
+	TimestampTz wake = plan->renew_at;
 	long		timeout_ms;
 	WaitEventSet *set;
 	WaitEvent	event;
@@ -1257,8 +1236,8 @@ sleep_as_planned(const WorkerPlan *plan)
 
 /*
  * A database's worker: it does the work asked for there, and exits when
- * none is left, or when a recovery failed and no lease needs it, for the
- * launcher to start it again later.
+ * none is left.  It does nothing else, so that no other work delays a
+ * renewal: stock recovery has a worker of its own (recoverer.c).
  */
 void
 redislock_worker_main(Datum main_arg)
@@ -1275,9 +1254,7 @@ redislock_worker_main(Datum main_arg)
 		proc_exit(0);
 	on_shmem_exit(detach_slot, 0);
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-	init_session();
 
-	plan.recover_at = DT_NOEND;
 	plan.renew_at = DT_NOEND;
 	work_cxt = AllocSetContextCreate(TopMemoryContext, "redislock worker",
 									 ALLOCSET_DEFAULT_SIZES);
@@ -1292,17 +1269,12 @@ redislock_worker_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		plan_taken_work(&plan);
-		if (!plan.renewing && !plan.waking && plan.recover_at == DT_NOEND)
-			break;
-		if (plan.recover_at <= GetCurrentTimestamp() &&
-			!recover_as_planned(&plan))
+		if (!plan.renewing && !plan.waking)
 			break;
 		if (plan.renewing && plan.renew_at <= GetCurrentTimestamp())
 			renew_as_planned(&plan);
 		if (plan.waking)
 			wake_as_planned(&plan);
-		if (!plan.renewing && !plan.waking && plan.recover_at != DT_NOEND)
-			break;				/* a failed recovery, and renewal over */
 		if (plan.renewing || plan.waking)
 			sleep_as_planned(&plan);
 	}

@@ -7,7 +7,8 @@
  * Any process may ask for a database's worker with
  * redislock_request_worker(), naming the work it wants done there; the
  * launcher starts the worker, which does that work and exits once none is
- * left.  Work that failed is tried again, with a growing pause.
+ * left.  Stock recovery has a worker of its own (recoverer.c), which the
+ * launcher starts for one database at a time.
  *
  *-------------------------------------------------------------------------
  */
@@ -17,17 +18,22 @@
 #include "datatype/timestamp.h"
 
 /* Work for a database's worker, as bits of a request */
-#define REDISLOCK_WORK_RECOVER	0x0001	/* settle the decrements that
-										 * transactions left open */
 #define REDISLOCK_WORK_RENEW	0x0002	/* renew the leases of held locks */
 #define REDISLOCK_WORK_WAKE		0x0004	/* listen for the releases of locks
 										 * that backends wait for */
+
+/* redislock.max_workers: the database workers that may run at once */
+extern int	redislock_max_workers;
 
 extern void redislock_init_worker(void);
 extern bool redislock_request_worker(Oid dboid, uint32 work);
 extern void redislock_request_renewal(TimestampTz due);
 extern int	redislock_worker_pid(Oid dboid);
 extern struct RedisConn *redislock_worker_conn(Oid serverid, Oid userid);
+
+/* The recovery worker's place in the launcher's table (recoverer.c) */
+extern bool redislock_attach_recovery(Oid dboid);
+extern void redislock_recovery_succeeded(void);
 
 /* The worker's subscriptions on behalf of its database's waiters (waker.c) */
 extern int	waker_serve(void);
@@ -37,5 +43,6 @@ extern void waker_add_sockets(struct WaitEventSet *set);
 /* Entry points, which the postmaster looks up by name */
 extern PGDLLEXPORT void redislock_launcher_main(Datum main_arg);
 extern PGDLLEXPORT void redislock_worker_main(Datum main_arg);
+extern PGDLLEXPORT void redislock_recovery_main(Datum main_arg);
 
 #endif							/* REDISLOCK_WORKER_H */

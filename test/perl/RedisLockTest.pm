@@ -48,7 +48,8 @@ use Test::More;
 use Time::HiRes qw(gettimeofday tv_interval usleep);
 
 our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
-  wait_until backend_gone key_slot session works node_with_server);
+  wait_until backend_gone key_slot session works node_with_server
+  foreign_attempts);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -634,6 +635,32 @@ sub wait_until
 		return undef if tv_interval($t0) > $limit;
 		usleep(20_000);
 	}
+}
+
+=pod
+
+=head2 foreign_attempts($redis, $key, $seconds)
+
+For C<$seconds>, every 100 ms, tries to take C<$key> on C<$redis> as a
+foreign client would (C<SET NX PX>) and looks at its PTTL; returns how many
+times the SET got the key or the PTTL was not positive, so 0 while a holder
+keeps its lease.
+
+=cut
+
+sub foreign_attempts
+{
+	my ($redis, $key, $seconds) = @_;
+	my $bad = 0;
+	my $end = Time::HiRes::time() + $seconds;
+	while (Time::HiRes::time() < $end)
+	{
+		my $set = $redis->command('SET', $key, 'foreign', 'NX', 'PX', '60000');
+		$bad++ if defined $set && $set eq 'OK';
+		$bad++ if $redis->command('PTTL', $key) <= 0;
+		usleep(100_000);
+	}
+	return $bad;
 }
 
 =pod

@@ -44,7 +44,8 @@ my @scripts = glob("$sqldir/redislock--*.sql");
 ok(@scripts > 0, 'the extension has SQL scripts in sql/');
 
 my %expected = map { $_ => 1 }
-  qw(_PG_init Pg_magic_func redislock_launcher_main redislock_worker_main);
+  qw(_PG_init Pg_magic_func redislock_launcher_main redislock_worker_main
+  redislock_recovery_main);
 foreach my $script (@scripts)
 {
 	$expected{$_} = $expected{"pg_finfo_$_"} = 1 foreach c_symbols($script);

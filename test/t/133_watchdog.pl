@@ -19,8 +19,8 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(time usleep);
-use RedisLockTest qw(session_query wait_until session works);
+use Time::HiRes qw(time);
+use RedisLockTest qw(session_query wait_until session works foreign_attempts);
 
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('watchdog', $redis,
@@ -33,23 +33,6 @@ sub counters
 		"SELECT renewals || '|' || leases_lost FROM redis_stats() WHERE server = 'redislock'");
 }
 
-# For $seconds, every 100 ms: does a foreign SET NX on $key get it, and is
-# its PTTL not positive?  Returns the number of times either happened.
-sub foreign_attempts
-{
-	my ($key, $seconds) = @_;
-	my $bad = 0;
-	my $end = time + $seconds;
-	while (time < $end)
-	{
-		my $set = $redis->command('SET', $key, 'foreign', 'NX', 'PX', '60000');
-		$bad++ if defined $set && $set eq 'OK';
-		$bad++ if $redis->command('PTTL', $key) <= 0;
-		usleep(100_000);
-	}
-	return $bad;
-}
-
 my $holder = session($node);
 my $viewer = session($node);
 
@@ -57,7 +40,7 @@ my $viewer = session($node);
 my ($renewals0) = split /\|/, counters();
 works($holder, "BEGIN; SELECT redis_lock_acquire('w:xact', 2000)",
 	't', 'a transaction takes a lock with a 2 s lease');
-is(foreign_attempts('w:xact', 7), 0,
+is(foreign_attempts($redis, 'w:xact', 7), 0,
 	'for 7 s, a foreign SET NX never gets the key and its PTTL stays positive');
 my ($renewals) = session_query($viewer,
 	"SELECT renewals FROM redis_locks() WHERE key = 'w:xact'");
@@ -71,7 +54,7 @@ is($redis->command('EXISTS', 'w:xact'), '0', 'and the commit released the lock')
 # --- the same lease held by a session idle for 7 s
 works($holder, "SELECT redis_lock_acquire_session('w:session', 2000)",
 	't', 'a session lock with a 2 s lease');
-is(foreign_attempts('w:session', 7), 0,
+is(foreign_attempts($redis, 'w:session', 7), 0,
 	'for 7 s of an idle session, a foreign SET NX never gets the key and its PTTL stays positive');
 works($holder, "SELECT redis_lock_release('w:session')", 't',
 	'the session still holds it and releases it');

@@ -2,12 +2,12 @@
 # - they show in pg_stat_activity with a backend_type that names redislock,
 #   and wait as extension waits;
 # - the launcher exits within 1 s of SIGTERM and comes back;
-# - after a SIGKILL of the launcher, or of a database's worker, the server
+# - after a SIGKILL of the launcher, or of a recovery worker, the server
 #   restarts, and so do they: the stock is exact afterwards;
-# - a worker waiting on a Redis that answers nothing exits within 1 s of
-#   SIGTERM, and is started again;
-# - DROP DATABASE is not blocked by a worker in that database, however long
-#   its Redis takes;
+# - a recovery worker waiting on a Redis that answers nothing exits within
+#   1 s of SIGTERM, and is started again;
+# - DROP DATABASE is not blocked by a recovery worker in that database,
+#   however long its Redis takes;
 # - a smart shutdown completes within 5 s, while a worker waits on Redis.
 use strict;
 use warnings;
@@ -80,47 +80,42 @@ isnt($launcher, '', 'and so does the launcher');
 ok(defined wait_until(15, sub { $redis->command('GET', 'a') eq '10' }),
 	'which gives back the open decrement: the stock is exact');
 
-# --- workers that wait on a Redis that answers nothing
+# --- a recovery worker that waits on a Redis that answers nothing
 my $stalled_port = $stalled->port;
-foreach my $db (qw(stuck doomed))
-{
-	$node->safe_psql('postgres', "CREATE DATABASE $db");
-	$node->safe_psql($db, qq{
-		CREATE EXTENSION redislock;
-		ALTER SERVER redislock OPTIONS (SET port '$stalled_port');
-	});
-}
+$node->safe_psql('postgres', 'CREATE DATABASE stuck');
+$node->safe_psql('stuck', qq{
+	CREATE EXTENSION redislock;
+	ALTER SERVER redislock OPTIONS (SET port '$stalled_port');
+});
 $stalled->pause;
 $node->restart;
-my %worker = map { $_ => new_pid_of('redislock worker', $_, '', 15) } qw(stuck doomed);
-ok($worker{stuck} ne '' && $worker{doomed} ne '',
-	'after a restart, a worker runs in each database whose Redis answers nothing');
+my $recovery = new_pid_of('redislock recovery', 'stuck', '', 15);
+isnt($recovery, '', 'after a restart, a recovery worker runs in the database whose Redis answers nothing');
 ok(defined wait_until(10, sub {
 			$node->safe_psql('postgres',
-				"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $worker{stuck}") eq
+				"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $recovery") eq
 			  'Extension' }),
 	'and waits on it as an extension');
 
-kill 'TERM', $worker{stuck};
-$secs = gone($worker{stuck}, 5);
+kill 'TERM', $recovery;
+$secs = gone($recovery, 5);
 ok(defined $secs && $secs < 1,
-	sprintf 'a worker waiting on Redis exits within 1 s of SIGTERM (%.2f s)', $secs // -1);
-$worker{stuck} = new_pid_of('redislock worker', 'stuck', $worker{stuck}, 15);
-isnt($worker{stuck}, '', 'and is started again, its work not done');
+	sprintf 'a recovery worker waiting on Redis exits within 1 s of SIGTERM (%.2f s)', $secs // -1);
+$recovery = new_pid_of('redislock recovery', 'stuck', $recovery, 15);
+isnt($recovery, '', 'and is started again, its work not done');
 
-kill 'KILL', $worker{stuck};
+kill 'KILL', $recovery;
 ok($node->poll_query_until('postgres', 'SELECT true'),
-	'after a SIGKILL of a worker, the server restarts');
-$worker{stuck} = new_pid_of('redislock worker', 'stuck', $worker{stuck}, 15);
-isnt($worker{stuck}, '', 'and the worker is back');
-$worker{doomed} = new_pid_of('redislock worker', 'doomed', $worker{doomed}, 15);
+	'after a SIGKILL of a recovery worker, the server restarts');
+$recovery = new_pid_of('redislock recovery', 'stuck', $recovery, 15);
+isnt($recovery, '', 'and the recovery worker is back');
 
 my $t0 = time;
-my ($ret, $stdout, $stderr) = $node->psql('postgres', 'DROP DATABASE doomed');
+my ($ret, $stdout, $stderr) = $node->psql('postgres', 'DROP DATABASE stuck');
 my $took = time - $t0;
-is("$ret$stderr", '0', 'DROP DATABASE succeeds while a worker there waits on Redis');
+is("$ret$stderr", '0', 'DROP DATABASE succeeds while a recovery worker there waits on Redis');
 cmp_ok($took, '<', 5, sprintf 'without waiting for it to time out (%.2f s)', $took);
-ok(defined gone($worker{doomed}, 5), 'the worker of that database is gone');
+ok(defined gone($recovery, 5), 'the recovery worker of that database is gone');
 
 $t0 = time;
 $node->stop('smart');

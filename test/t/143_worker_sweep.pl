@@ -56,10 +56,10 @@ ok( defined wait_until(
 		15,
 		sub {
 			$node->safe_psql('postgres',
-				"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redislock worker'"
+				"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'redislock recovery'"
 			) eq '0';
 		}),
-	'at 0 again, the workers of the last recovery finish');
+	'at 0 again, the last recovery finishes');
 sleep 3;
 buy('second', 2);
 sleep 5;
