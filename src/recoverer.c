@@ -61,7 +61,8 @@ typedef struct RecoverySummary
 
 /*
  * The summary of redis_stock_recover() on the server of redislock.server:
- * its outcomes are documented; "in progress" belongs to a live transaction
+ * its outcomes are documented; "in progress" belongs to a live transaction,
+ * "other database" to the recovery of another database, which decides it
  */
 #define RECOVER_QUERY \
 	"WITH r AS (SELECT key, qty, outcome FROM %s.redis_stock_recover()), " \
@@ -72,7 +73,8 @@ typedef struct RecoverySummary
 	"       (SELECT string_agg(key || ' (' || units || ')', ', ' ORDER BY key) FROM back), " \
 	"       (SELECT count(*) FROM r WHERE outcome LIKE '%% failed'), " \
 	"       (SELECT count(*) FROM r WHERE outcome NOT IN " \
-	"          ('aborted', 'committed', 'in progress', 'give-back failed', 'clear failed'))"
+	"          ('aborted', 'committed', 'in progress', 'other database', " \
+	"           'give-back failed', 'clear failed'))"
 
 /*
  * The extension's schema and the servers of its foreign data wrapper, one
