@@ -270,7 +270,8 @@ typedef enum RedisStat
 
 struct RedisServerStats;
 
-extern struct RedisServerStats *redis_server_stats(Oid serverid);
+extern struct RedisServerStats *redis_server_stats(Oid serverid,
+												   const char *servername);
 extern void redis_count(struct RedisConn *conn, RedisStat stat, int64 n);
 extern Size stats_shmem_size(void);
 extern void stats_shmem_request(void);
