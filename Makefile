@@ -2,8 +2,8 @@ EXTENSION = redislock
 EXTVERSION = 1.3
 
 MODULE_big = redislock
-OBJS = src/redislock.o src/resp.o src/node.o src/call.o src/batch.o \
-	src/cleanup.o src/connection.o src/registry.o src/topology.o \
+OBJS = src/redislock.o src/resp.o src/node.o src/addressbook.o src/call.o \
+	src/batch.o src/cleanup.o src/connection.o src/registry.o src/topology.o \
 	src/cluster.o src/sentinel.o src/redlock.o src/args.o src/keys.o \
 	src/scripts.o src/option.o src/lock.o src/stock.o src/decisions.o \
 	src/recover.o src/xact.o src/locktable.o src/stats.o src/worker.o \

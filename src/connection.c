@@ -239,7 +239,7 @@ new_connection(ForeignServer *server, Oid userid)
 	oldcxt = MemoryContextSwitchTo(conn->cxt);
 	conn->servername = pstrdup(server->servername);
 	MemoryContextSwitchTo(oldcxt);
-	conn->stats = redis_server_stats(server->serverid);
+	conn->stats = redis_server_stats(server->serverid, server->servername);
 	dlist_push_tail(&connections, &conn->node_link);
 	return conn;
 }

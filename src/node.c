@@ -29,14 +29,14 @@
  *
  * Looking up a host name is the one step whose wait the extension does not
  * bound: getaddrinfo() waits for the resolver as long as the resolver's own
- * timeouts say.  Only SQL calls look names up, and the addresses found are
- * kept (open_socket()).
+ * timeouts say.  Only SQL calls look names up; the addresses found are
+ * kept, and published for the processes that do not look names up
+ * (open_socket(), addressbook.c).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -46,7 +46,6 @@
 #include <hiredis/hiredis.h>
 
 #include "access/xact.h"
-#include "common/ip.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
@@ -563,66 +562,18 @@ connect_address(RedisNode *node, const struct sockaddr *addr,
 	return true;
 }
 
-/* Forget the addresses found for the node's host */
-static void
-forget_addresses(RedisNode *node)
-{
-	if (node->addrs != NULL)
-		pg_freeaddrinfo_all(AF_UNSPEC, node->addrs);
-	node->addrs = NULL;
-}
-
-/*
- * Find the addresses of the node's host and keep them on the node.  A
- * numeric address is parsed, without any lookup.  A host name is looked up
- * only when look_up allows: getaddrinfo() blocks, on a resolver that does
- * not answer for as long as the resolver's own timeouts say, and neither a
- * deadline nor an interrupt shortens that.  False, with *reason, when no
- * address was found.
- */
-static bool
-find_addresses(RedisNode *node, bool look_up, const char **reason)
-{
-	struct addrinfo hints = {0};
-	char		port[12];
-	int			rc;
-
-	Assert(node->addrs == NULL);
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
-	snprintf(port, sizeof(port), "%d", node->port);
-	rc = pg_getaddrinfo_all(node->host, port, &hints, &node->addrs);
-	if (rc == EAI_NONAME && !look_up)
-	{
-		*reason = "no address of it is known, and a transaction end does not look up host names";
-		return false;
-	}
-	if (rc == EAI_NONAME)
-	{
-		hints.ai_flags = AI_NUMERICSERV;
-		rc = pg_getaddrinfo_all(node->host, port, &hints, &node->addrs);
-	}
-	if (rc != 0)
-	{
-		node->addrs = NULL;
-		*reason = gai_strerror(rc);
-		return false;
-	}
-	return true;
-}
-
 /* Try the node's addresses in turn, as connect_address() does one */
 static bool
 connect_addresses(RedisNode *node, TimestampTz deadline, int elevel,
 				  int *err, const char **reason)
 {
-	struct addrinfo *addr;
+	int			i;
 
-	for (addr = node->addrs; addr != NULL; addr = addr->ai_next)
+	for (i = 0; i < node->naddrs; i++)
 	{
-		if (connect_address(node, addr->ai_addr, addr->ai_addrlen, deadline,
-							elevel, err, reason))
+		if (connect_address(node, (struct sockaddr *) &node->addrs[i].addr,
+							node->addrs[i].salen, deadline, elevel, err,
+							reason))
 			return true;
 		if (*err == 0)
 			break;
@@ -633,19 +584,19 @@ connect_addresses(RedisNode *node, TimestampTz deadline, int elevel,
 /*
  * Connect the node within the deadline.  A TCP node connects to the
  * addresses found for its host the last time, found afresh when there are
- * none.  Only SQL calls (in a transaction in progress) look up a host name,
- * since the lookup is bounded by nothing of ours: a transaction end, a
- * subtransaction end and backend exit connect to known addresses or fail
- * at once.  A SQL call that could not connect forgets the addresses, so
- * that a name moved elsewhere is followed: it looks the name up again at
- * once when kept addresses refused the connect, else at the next connect.
- * On failure, *err and *reason are as connect_address() sets them.
+ * none: looked up by a SQL call, and taken from the address book by the
+ * rest (see node_may_look_up()), which connect to known addresses or fail at
+ * once.  A connect that failed forgets the addresses, so that a name moved
+ * elsewhere is followed: a SQL call looks the name up again at once when
+ * kept addresses refused the connect, else at the next connect; the rest
+ * take the book's again at their next connect.  On failure, *err and
+ * *reason are as connect_address() sets them.
  */
 static bool
 open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
 			const char **reason)
 {
-	bool		look_up = IsTransactionState();
+	bool		look_up = node_may_look_up();
 	bool		fresh = false;
 
 	*err = 0;
@@ -660,22 +611,21 @@ open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
 							   sizeof(unaddr), deadline, elevel, err, reason);
 	}
 
-	if (node->addrs == NULL)
+	if (node->naddrs == 0)
 	{
-		if (!find_addresses(node, look_up, reason))
+		if (!node_find_addresses(node, look_up, reason))
 			return false;
 		fresh = true;
 	}
 	if (connect_addresses(node, deadline, elevel, err, reason))
 		return true;
-	if (!look_up)
-		return false;
-	forget_addresses(node);
-	if (fresh || *err == 0 || !find_addresses(node, true, reason))
+	node->naddrs = 0;
+	if (!look_up || fresh || *err == 0 ||
+		!node_find_addresses(node, true, reason))
 		return false;
 	if (connect_addresses(node, deadline, elevel, err, reason))
 		return true;
-	forget_addresses(node);
+	node->naddrs = 0;
 	return false;
 }
 
@@ -842,7 +792,6 @@ node_destroy(RedisNode *node)
 	node->connect_error = NULL;
 	list_free_deep(node->queued_cleanup);
 	node->queued_cleanup = NIL;
-	forget_addresses(node);
 }
 
 bool

@@ -2,7 +2,8 @@
  *
  * node.h
  *		Redis I/O: nodes, the calls sent to them and their deadlines, and
- *		running sets of calls (node.c, resp.c, call.c, batch.c, cleanup.c).
+ *		running sets of calls (node.c, addressbook.c, resp.c, call.c,
+ *		batch.c, cleanup.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -11,12 +12,12 @@
 
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
+#include "libpq/pqcomm.h"
 #include "nodes/pg_list.h"
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
 
-struct addrinfo;
 struct redisReader;
 struct redisReply;
 
@@ -39,6 +40,9 @@ extern bool redislock_preloaded;
 /* Wait event reported while waiting for a lock or for Redis */
 extern uint32 redislock_wait_event;
 
+
+/* The addresses of a host name that a node or the address book keeps */
+#define REDIS_HOST_MAX_ADDRS 8
 
 /*
  * A Lua script run with EVALSHA.  The SHA-1 is computed locally once, so
@@ -64,8 +68,9 @@ typedef struct RedisNode
 	int			port;
 	char	   *unix_socket;
 	char	   *endpoint;		/* "host:port" or the socket, for messages */
-	struct addrinfo *addrs;		/* the host's addresses, found when first
+	SockAddr   *addrs;			/* the host's addresses, found when first
 								 * connecting: see open_socket() */
+	int			naddrs;			/* how many; 0 until found */
 	pgsocket	sock;			/* PGINVALID_SOCKET while disconnected */
 	struct redisReader *reader;
 	WaitEventSet *waitset;		/* latch, postmaster death, sock */
@@ -119,6 +124,17 @@ extern WaitEventSet *node_wait_set_create(MemoryContext context,
 										  int nsockets);
 extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 					  TimestampTz deadline, int elevel);
+
+/*
+ * Finding a node's addresses: looked up by SQL calls, which publish them,
+ * taken from the shared address book by the rest (addressbook.c)
+ */
+extern bool node_may_look_up(void);
+extern bool node_find_addresses(RedisNode *node, bool look_up,
+								const char **reason);
+extern Size addressbook_shmem_size(void);
+extern void addressbook_shmem_request(void);
+extern void addressbook_shmem_startup(void);
 
 /* A Redis command, or a script call, and the reply copied out of hiredis */
 #define REDIS_CALL_MAX_ARGS 8
@@ -255,7 +271,8 @@ typedef enum RedisStat
 
 struct RedisServerStats;
 
-extern struct RedisServerStats *redis_server_stats(Oid serverid);
+extern struct RedisServerStats *redis_server_stats(Oid serverid,
+												   const char *servername);
 extern void redis_count(struct RedisConn *conn, RedisStat stat, int64 n);
 extern Size stats_shmem_size(void);
 extern void stats_shmem_request(void);

@@ -130,7 +130,10 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* Ask for the shared memory of the lock table and the counters */
+/*
+ * Ask for the shared memory of the lock table, the counters and the
+ * address book
+ */
 static void
 request_shmem(void)
 {
@@ -140,6 +143,7 @@ request_shmem(void)
 #endif
 	locktable_shmem_request();
 	stats_shmem_request();
+	addressbook_shmem_request();
 }
 
 static void
@@ -149,6 +153,7 @@ startup_shmem(void)
 		prev_shmem_startup_hook();
 	locktable_shmem_startup();
 	stats_shmem_startup();
+	addressbook_shmem_startup();
 }
 
 /*

@@ -31,6 +31,8 @@
  *		registry.c			the nodes of a server, "host:port" endpoints
  *		call.c				building calls, their replies, Redis errors
  *		node.c				one non-blocking socket to one Redis node
+ *		addressbook.c		the addresses of host names, for the processes
+ *							that do not look names up
  *		resp.c				RESP encoding of commands
  *		stats.c				counters per server, shared by all backends
  *

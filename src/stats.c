@@ -10,6 +10,16 @@
  * a foreign server of one database, so redis_stats() shows the servers of
  * the current database, as pg_stat_user_tables shows its tables.
  *
+ * A server takes a slot at its first use.  When none is free, the slots
+ * of dropped servers are taken back: those of the databases that no
+ * longer exist, and those of the current database's servers that no
+ * longer exist (another database's catalog cannot be read from here: its
+ * dropped servers are taken back when it next needs a slot).  A backend
+ * that still counts for a server dropped meanwhile finds its slot freed,
+ * or given to another, and counts nothing.  When every slot is a live
+ * server's, the servers beyond are not counted, and a WARNING says so
+ * once, until a slot is free again.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -28,6 +38,8 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
@@ -42,7 +54,7 @@
 typedef struct RedisServerStats
 {
 	Oid			dbid;
-	Oid			serverid;
+	Oid			serverid;		/* InvalidOid for a free slot */
 	TimestampTz stats_reset;	/* 0 until reset */
 	pg_atomic_uint64 counters[REDIS_NUM_STATS];
 } RedisServerStats;
@@ -50,7 +62,8 @@ typedef struct RedisServerStats
 typedef struct ServerStatsTable
 {
 	LWLock	   *lock;			/* for adding a server and resetting */
-	int			nservers;
+	int			nservers;		/* slots used so far, free ones included */
+	bool		warned_full;	/* a server found no slot, and none freed */
 	RedisServerStats servers[MAX_COUNTED_SERVERS];
 } ServerStatsTable;
 
@@ -84,6 +97,7 @@ stats_shmem_startup(void)
 	{
 		stats->lock = &(GetNamedLWLockTranche("redislock stats"))->lock;
 		stats->nservers = 0;
+		stats->warned_full = false;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -102,43 +116,153 @@ find_server(Oid serverid)
 }
 
 /*
- * The counters of a server of this database, added at its first use; NULL
- * without the preload, or when MAX_COUNTED_SERVERS are counted already.
+ * Is the server of this database still there, or being made or dropped by
+ * a transaction in progress?  A dirty snapshot sees those: a server made
+ * and used in a transaction not yet committed keeps its slot.
+ */
+static bool
+server_exists(Relation rel, Oid serverid)
+{
+	SnapshotData dirty;
+	ScanKeyData key;
+	SysScanDesc scan;
+	bool		exists;
+
+	InitDirtySnapshot(dirty);
+	ScanKeyInit(&key, Anum_pg_foreign_server_oid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(serverid));
+	scan = systable_beginscan(rel, ForeignServerOidIndexId, true, &dirty, 1,
+							  &key);
+	exists = HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	return exists;
+}
+
+/*
+ * Free the slots of dropped servers that this backend can tell of: those
+ * of dropped databases, and of this database's dropped servers.  The
+ * catalog is read without the lock; a slot is freed only if it still
+ * counts the server found dropped.
+ */
+static void
+free_dropped_slots(void)
+{
+	RedisServerStats *seen = palloc(sizeof(RedisServerStats) * MAX_COUNTED_SERVERS);
+	bool	   *dropped = palloc0(sizeof(bool) * MAX_COUNTED_SERVERS);
+	Relation	rel;
+	int			nseen;
+	int			i;
+
+	LWLockAcquire(stats->lock, LW_SHARED);
+	nseen = stats->nservers;
+	for (i = 0; i < nseen; i++)
+	{
+		seen[i].dbid = stats->servers[i].dbid;
+		seen[i].serverid = stats->servers[i].serverid;
+	}
+	LWLockRelease(stats->lock);
+
+	rel = table_open(ForeignServerRelationId, AccessShareLock);
+	for (i = 0; i < nseen; i++)
+	{
+		if (!OidIsValid(seen[i].serverid))
+			continue;
+		if (seen[i].dbid == MyDatabaseId)
+			dropped[i] = !server_exists(rel, seen[i].serverid);
+		else
+			dropped[i] = !SearchSysCacheExists1(DATABASEOID,
+												ObjectIdGetDatum(seen[i].dbid));
+	}
+	table_close(rel, AccessShareLock);
+
+	LWLockAcquire(stats->lock, LW_EXCLUSIVE);
+	for (i = 0; i < nseen; i++)
+	{
+		RedisServerStats *server = &stats->servers[i];
+
+		if (!dropped[i] || server->dbid != seen[i].dbid ||
+			server->serverid != seen[i].serverid)
+			continue;
+		server->dbid = InvalidOid;
+		server->serverid = InvalidOid;
+		stats->warned_full = false;
+	}
+	LWLockRelease(stats->lock);
+	pfree(seen);
+	pfree(dropped);
+}
+
+/*
+ * Give a free slot to a server of this database, if there is one.  The
+ * caller holds the lock exclusively.
+ */
+static RedisServerStats *
+take_slot(Oid serverid)
+{
+	RedisServerStats *server = NULL;
+	int			i;
+
+	for (i = 0; i < stats->nservers && server == NULL; i++)
+		if (!OidIsValid(stats->servers[i].serverid))
+			server = &stats->servers[i];
+	if (server == NULL && stats->nservers < MAX_COUNTED_SERVERS)
+		server = &stats->servers[stats->nservers++];
+	if (server == NULL)
+		return NULL;
+	server->dbid = MyDatabaseId;
+	server->serverid = serverid;
+	server->stats_reset = 0;
+	for (i = 0; i < REDIS_NUM_STATS; i++)
+		pg_atomic_init_u64(&server->counters[i], 0);
+	return server;
+}
+
+/*
+ * The counters of a server of this database, given a slot at its first
+ * use; NULL without the preload, or when no slot is free even after the
+ * slots of dropped servers were taken back.  That is said once, until a
+ * slot is free again.
  */
 RedisServerStats *
-redis_server_stats(Oid serverid)
+redis_server_stats(Oid serverid, const char *servername)
 {
 	RedisServerStats *server;
-	int			i;
+	bool		warn = false;
+	int			attempt;
 
 	if (stats == NULL)
 		return NULL;
 	LWLockAcquire(stats->lock, LW_SHARED);
 	server = find_server(serverid);
 	LWLockRelease(stats->lock);
-	if (server != NULL)
-		return server;
 
-	LWLockAcquire(stats->lock, LW_EXCLUSIVE);
-	server = find_server(serverid);
-	if (server == NULL && stats->nservers < MAX_COUNTED_SERVERS)
+	for (attempt = 0; server == NULL && attempt < 2; attempt++)
 	{
-		server = &stats->servers[stats->nservers++];
-		server->dbid = MyDatabaseId;
-		server->serverid = serverid;
-		server->stats_reset = 0;
-		for (i = 0; i < REDIS_NUM_STATS; i++)
-			pg_atomic_init_u64(&server->counters[i], 0);
+		if (attempt > 0)
+			free_dropped_slots();
+		LWLockAcquire(stats->lock, LW_EXCLUSIVE);
+		server = find_server(serverid);
+		if (server == NULL)
+			server = take_slot(serverid);
+		if (server == NULL && attempt > 0 && !stats->warned_full)
+			warn = stats->warned_full = true;
+		LWLockRelease(stats->lock);
 	}
-	LWLockRelease(stats->lock);
+	if (warn)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("redislock cannot count the use of more than %d foreign servers",
+						MAX_COUNTED_SERVERS),
+				 errdetail("redis_stats() shows zeros for foreign server \"%s\", and for the others used from now on, until a counted server or its database is dropped.",
+						   servername)));
 	return server;
 }
 
-/* Add n to a counter of conn's server */
+/* Add n to a counter of conn's server, unless its slot was given away */
 void
 redis_count(RedisConn *conn, RedisStat stat, int64 n)
 {
-	if (conn->stats != NULL)
+	if (conn->stats != NULL && conn->stats->serverid == conn->serverid)
 		pg_atomic_fetch_add_u64(&conn->stats->counters[stat], n);
 }
 
