@@ -235,15 +235,17 @@ addresses_from_book(RedisNode *node, const char **reason)
 /*
  * May this process look up a host name now?  Only a SQL call may, in a
  * transaction in progress: a transaction end, a subtransaction end and
- * backend exit must end within their bounds.  redislock's own workers never
- * do, not even in a transaction: a resolver that does not answer would
- * stall the renewals and wake-ups of their whole database.
+ * backend exit must end within their bounds.  Of redislock's own workers,
+ * only the one that recovers stock does, in its transactions: the others
+ * renew leases and wake waiters, which a resolver that does not answer
+ * would stall for their whole database.
  */
 bool
 node_may_look_up(void)
 {
 	if (MyBgworkerEntry != NULL &&
-		strcmp(MyBgworkerEntry->bgw_library_name, "redislock") == 0)
+		strcmp(MyBgworkerEntry->bgw_library_name, "redislock") == 0 &&
+		strcmp(MyBgworkerEntry->bgw_function_name, "redislock_recovery_main") != 0)
 		return false;
 	return IsTransactionState();
 }
