@@ -15,7 +15,8 @@ use RedisLockTest qw(wait_until);
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('reload', $redis, conf => join("\n",
 		"shared_preload_libraries = 'redislock'",
-		"redislock.recover_interval = 0"));
+		"redislock.recover_interval = 0",
+		"redislock.purge_delay = 0"));
 
 sub rows
 {
