@@ -22,7 +22,8 @@ my $primary = PostgreSQL::Test::Cluster->new('standby_primary');
 $primary->init(allows_streaming => 1);
 $primary->append_conf('postgresql.conf', join("\n",
 		"shared_preload_libraries = 'redislock'",
-		"redislock.recover_interval = '1s'"));
+		"redislock.recover_interval = '1s'",
+		"redislock.purge_delay = 0"));
 $primary->start;
 RedisLockTest->setup_node($primary, $redis);
 $primary->backup('backup');
