@@ -1057,8 +1057,8 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 
 /*
  * With the preload, wait until it is this backend's turn to ask Redis for
- * the lock: no local backend that came before still waits, and none holds
- * it.  Returns false when the wait ran out first.
+ * the lock: no local backend that came before still waits.  Returns false
+ * when the wait ran out first.
  */
 static bool
 wait_for_turn(HeldLock *lock, TimestampTz start, int wait_ms, bool *waited)

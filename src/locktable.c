@@ -22,11 +22,17 @@
  *
  * The entries of one lock (the same database, server and whole Redis key)
  * form its local queue: a waiter asks Redis only once no entry that came
- * before it still waits and no local holder's lease is running, and until
- * then sleeps on its latch, making no Redis call.  An entry that leaves
- * (a holder that released, a waiter that gave up) sets the latch of the
- * lock's earliest waiter, so that the lock passes to the local waiters in
- * the order they came, and nobody sleeps behind one that left.  To find a
+ * before it still waits, and until then sleeps on its latch, making no
+ * Redis call.  The queue orders the local waiters among themselves, and
+ * nothing more: whether the lock is free is Redis' to say, and a local
+ * holder does not keep the first in line from asking, for another client
+ * may have deleted the key (an operator's DEL, a forced unlock), which
+ * the local holder would learn only at its next renewal.  The first in
+ * line waits in Redis as any waiter does, queued beside the key, where
+ * the holder's release wakes it.  An entry that leaves (a holder that
+ * released, a waiter that gave up) or that is granted sets the latch of
+ * the lock's earliest waiter, so that the lock passes to the local
+ * waiters in the order they came, and nobody sleeps behind one that left.  To find a
  * lock's entries without a scan of the table, the entries in use hang in
  * hash chains, one per bucket of the hash of their lock; an entry's next
  * serves the free list while it is free and its chain while in use.  The
@@ -222,6 +228,22 @@ earliest_waiter(const RedisLockEntry *entry)
 }
 
 /*
+ * The PGPROC number of the waiter to wake when a queued entry no longer
+ * keeps the others of its lock waiting, -1 if none: the earliest waiter,
+ * when the entry came before it or held the lock (its release may have
+ * freed the lock); the caller holds the lock.
+ */
+static int
+next_to_wake(const RedisLockEntry *entry, bool held)
+{
+	RedisLockEntry *next = earliest_waiter(entry);
+
+	if (next != NULL && (held || entry->id < next->id))
+		return next->procno;
+	return -1;
+}
+
+/*
  * Put an entry back on the free list; the caller holds the lock.  When the
  * entry held its lock, or was the first in line for it, the next waiter's
  * turn may have come: the PGPROC number to wake is returned, -1 if none.
@@ -233,10 +255,7 @@ free_entry(RedisLockEntry *entry)
 
 	if (queued(entry))
 	{
-		RedisLockEntry *next = earliest_waiter(entry);
-
-		if (next != NULL && (entry->state.granted || entry->id < next->id))
-			wake = next->procno;
+		wake = next_to_wake(entry, entry->state.granted);
 		unlink_entry(entry);
 	}
 	if (pg_atomic_read_u32(&entry->wake_asked) != 0)
@@ -353,16 +372,27 @@ locktable_claim(RedisConn *conn, const char *rkey, int rkeylen,
 	return ref;
 }
 
-/* Publish the state of this backend's lock */
+/*
+ * Publish the state of this backend's lock.  A waiter granted the lock no
+ * longer keeps the next local waiter from asking Redis: it is woken, to
+ * wait in Redis, where it hears of the key's release or deletion.
+ */
 void
 locktable_publish(LockTableRef ref, const RedisLockState *state)
 {
+	RedisLockEntry *entry;
+	int			wake = -1;
+
 	if (ref.index < 0)
 		return;
+	entry = &table->entries[ref.index];
 	LWLockAcquire(table->lock, LW_EXCLUSIVE);
-	Assert(table->entries[ref.index].id == ref.id);
-	table->entries[ref.index].state = *state;
+	Assert(entry->id == ref.id);
+	if (state->granted && !entry->state.granted && queued(entry))
+		wake = next_to_wake(entry, false);
+	entry->state = *state;
 	LWLockRelease(table->lock);
+	wake_waiter(wake);
 }
 
 /*
@@ -387,53 +417,28 @@ locktable_release(LockTableRef ref)
 }
 
 /*
- * Until when does a local holder keep a lock from the waiters: the end of
- * its lease, as the holder or a renewer last set it; 0 once the lease was
- * found lost.
- */
-static TimestampTz
-holder_lease_end(RedisLockEntry *holder)
-{
-	if (pg_atomic_read_u32(&holder->lost) != 0)
-		return 0;
-	return Max(holder->state.lease_expires_at,
-			   (TimestampTz) pg_atomic_read_u64(&holder->renewed_until));
-}
-
-/*
  * Is it the turn of this backend's entry to ask Redis for its lock: does
- * no entry that came before it still wait, and no local holder's lease
- * run?  When a holder's lease is what it waits for, *lease_end receives
- * the last such lease's end, when the holder no longer counts; else 0.
+ * no entry that came before it still wait?  A local holder does not count:
+ * Redis, which another client may have told to delete the key, says
+ * whether the lock is free, and the first in line asks it.
  */
 static bool
-is_turn_of(LockTableRef ref, TimestampTz *lease_end)
+is_turn_of(LockTableRef ref)
 {
 	RedisLockEntry *self = &table->entries[ref.index];
-	TimestampTz now = GetCurrentTimestamp();
 	bool		turn = true;
 	int			i;
 
-	*lease_end = 0;
 	LWLockAcquire(table->lock, LW_SHARED);
 	Assert(self->id == ref.id);
-	for (i = queued(self) ? *chain_of(self) : -1; i >= 0;
+	for (i = queued(self) ? *chain_of(self) : -1; i >= 0 && turn;
 		 i = table->entries[i].next)
 	{
 		RedisLockEntry *other = &table->entries[i];
 
-		if (other == self || !same_lock(other, self))
-			continue;
-		if (!other->state.granted)
-		{
-			if (other->id < self->id)
-				turn = false;
-		}
-		else if (holder_lease_end(other) > now)
-		{
+		if (other != self && !other->state.granted &&
+			other->id < self->id && same_lock(other, self))
 			turn = false;
-			*lease_end = Max(*lease_end, holder_lease_end(other));
-		}
 	}
 	LWLockRelease(table->lock);
 	return turn;
@@ -442,29 +447,21 @@ is_turn_of(LockTableRef ref, TimestampTz *lease_end)
 /*
  * Before each attempt at a lock in Redis: true when it is this backend's
  * turn, among the local waiters, to ask.  Otherwise sleep on the latch for
- * at most timeout_ms (-1: no limit; 0: do not sleep), or until the lease
- * of the local holder runs out, and return false: the caller checks its
- * deadline and asks again.  An entry that leaves wakes the next waiter;
- * interrupts are serviced on waking.  Always true without the preload.
+ * at most timeout_ms (-1: no limit; 0: do not sleep) and return false: the
+ * caller checks its deadline and asks again.  An entry before it that
+ * leaves, or is granted, wakes the next waiter; interrupts are serviced
+ * on waking.  Always true without the preload.
  */
 bool
 locktable_wait_turn(LockTableRef ref, long timeout_ms)
 {
-	TimestampTz lease_end;
 	int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
 
-	if (ref.index < 0 || is_turn_of(ref, &lease_end))
+	if (ref.index < 0 || is_turn_of(ref))
 		return true;
 	if (timeout_ms == 0)
 		return false;
-	if (lease_end != 0)
-	{
-		long		lease_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-															   lease_end) + 1;
-
-		timeout_ms = timeout_ms < 0 ? lease_ms : Min(timeout_ms, lease_ms);
-	}
-	if (timeout_ms >= 0)
+	if (timeout_ms > 0)
 		events |= WL_TIMEOUT;
 	(void) WaitLatch(MyLatch, events, timeout_ms, redislock_wait_event);
 	ResetLatch(MyLatch);
