@@ -312,8 +312,9 @@ lock_state(const HeldLock *lock, RedisLockState *state)
 }
 
 /*
- * Show in the shared lock table what changed of the lock.  Called once
- * Redis has answered, and not for a lock about to be forgotten.
+ * Show in the shared lock table what changed of the lock: once Redis has
+ * answered, or, for holds that end at transaction end, before their
+ * release is sent.
  */
 static void
 publish_lock(const HeldLock *lock)
@@ -1750,7 +1751,11 @@ release_done(RedisCall *call)
 
 /*
  * Queue the release of a lock that has no holds left, if Redis may have it;
- * forget it at once otherwise.
+ * forget it at once otherwise.  The shared lock table shows it without
+ * holds before the batch goes out, however long the batch then takes (a
+ * slow server elsewhere): the lease watchdog renews it no more, and a
+ * local waiter takes the DEL of its key for this release, not another
+ * client's.
  */
 static void
 queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
@@ -1761,6 +1766,7 @@ queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
 	{
 		RedisCall  *call = redis_batch_add(batch);
 
+		publish_lock(lock);
 		prepare_release(call, lock, true);
 		call->on_reply = release_done;
 	}
