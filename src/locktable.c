@@ -668,8 +668,34 @@ locktable_wake_reply(LockTableRef ref, uint32 asked, int hears)
 }
 
 /*
+ * Does a local backend hold the lock of a waiter's entry, with holds that
+ * it has not begun to release?  Holds that end are shown ended before
+ * their release deletes the key (lock.c), so a DEL of the key while such
+ * a holder is there is another client's.  The caller holds the lock.
+ */
+static bool
+held_here(const RedisLockEntry *waiter)
+{
+	int			i;
+
+	for (i = queued(waiter) ? *chain_of(waiter) : -1; i >= 0;
+		 i = table->entries[i].next)
+	{
+		RedisLockEntry *other = &table->entries[i];
+
+		if (other != waiter && other->state.granted &&
+			other->state.session_holds + other->state.xact_holds > 0 &&
+			same_lock(other, waiter))
+			return true;
+	}
+	return false;
+}
+
+/*
  * For the worker: a release of the entry's lock was heard, or the key's
- * DEL (del), which wakes the waiter only when its holder announces nothing
+ * DEL (del).  A DEL wakes the waiter when its holder announces nothing,
+ * or when that holder is a local backend that did not release: then
+ * another client deleted the key under it, and nobody announces that.
  */
 void
 locktable_wake_heard(LockTableRef ref, bool del)
@@ -679,7 +705,8 @@ locktable_wake_heard(LockTableRef ref, bool del)
 	LWLockAcquire(table->lock, LW_SHARED);
 	entry = referenced_entry(ref);
 	if (entry != NULL && pg_atomic_read_u32(&entry->wake_asked) != 0 &&
-		!(del && pg_atomic_read_u32(&entry->wake_holder_announces) != 0))
+		(!del || pg_atomic_read_u32(&entry->wake_holder_announces) == 0 ||
+		 held_here(entry)))
 	{
 		pg_atomic_write_u32(&entry->wake_heard, 1);
 		wake_waiter(entry->procno);
