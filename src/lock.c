@@ -606,12 +606,14 @@ add_token_arg(RedisCall *call)
  * Make call the script that resets the lease of a lock, and of its fencing
  * token, to ttl_ms if the lock's key still carries token: for
  * redis_lock_extend(), the check before commit and the lease watchdog.
- * The strings must outlive the call.
+ * With hold_fence, the fencing token of a hold in digits, it renews only
+ * that hold (extend_script says why).  The strings must outlive the call.
  */
 void
 lock_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 				 int rkeylen, int slot, const char *fence_key,
-				 int fence_keylen, const char *token, int ttl_ms)
+				 int fence_keylen, const char *token, int ttl_ms,
+				 const char *hold_fence)
 {
 	redis_call_init(call, conn, &extend_script);
 	call->slot = slot;
@@ -620,6 +622,8 @@ lock_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 	redis_call_arg(call, fence_key, fence_keylen);
 	redis_call_arg(call, token, strlen(token));
 	redis_call_int_arg(call, ttl_ms);
+	if (hold_fence != NULL)
+		redis_call_arg(call, hold_fence, strlen(hold_fence));
 }
 
 /* Make call the script that resets the lease of lock to ttl_ms if ours */
@@ -628,7 +632,7 @@ prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 {
 	lock_extend_call(call, lock->conn, lock->tag.key, lock->tag.keylen,
 					 lock->slot, lock->fence_key, lock->fence_keylen,
-					 conn_owner_token(lock->conn), ttl_ms);
+					 conn_owner_token(lock->conn), ttl_ms, NULL);
 	call->origin = lock;
 }
 

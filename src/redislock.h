@@ -109,7 +109,8 @@ extern bool locks_have_xact_holds(void);
 extern void lock_extend_call(RedisCall *call, RedisConn *conn,
 							 const char *rkey, int rkeylen, int slot,
 							 const char *fence_key, int fence_keylen,
-							 const char *token, int ttl_ms);
+							 const char *token, int ttl_ms,
+							 const char *hold_fence);
 extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
 								  TimestampTz start);
 extern void locks_verify_before_commit(void);
