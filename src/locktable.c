@@ -64,6 +64,14 @@
 
 #include "redislock.h"
 
+/*
+ * How many counters of listens asked and ended the table keeps: each
+ * database counts on one, chosen by its OID, so that a worker looks at the
+ * table when a waiter of its own database, or of the few that share its
+ * counter, starts or ends a wait, not of every database
+ */
+#define WAKE_CHANGE_COUNTERS 64
+
 typedef struct LockTable
 {
 	LWLock	   *lock;
@@ -71,8 +79,8 @@ typedef struct LockTable
 	int			used;
 	int			freelist;		/* the first free entry, -1 for none */
 	uint64		last_id;
-	pg_atomic_uint32 wake_changes;	/* counts the worker listens asked for
-									 * and ended (locktable_wake_changes) */
+	/* counts the worker listens asked for and ended, by database */
+	pg_atomic_uint32 wake_changes[WAKE_CHANGE_COUNTERS];
 	int			nchains;		/* a power of two, at least size */
 	RedisLockEntry entries[FLEXIBLE_ARRAY_MEMBER];
 	/* then int chains[nchains]: each chain's first entry, -1 for none */
@@ -134,7 +142,8 @@ locktable_shmem_startup(void)
 		table->size = redislock_max_locks;
 		table->used = 0;
 		table->last_id = 0;
-		pg_atomic_init_u32(&table->wake_changes, 0);
+		for (i = 0; i < WAKE_CHANGE_COUNTERS; i++)
+			pg_atomic_init_u32(&table->wake_changes[i], 0);
 		table->nchains = chain_count();
 		for (i = 0; i < table->nchains; i++)
 			chains[i] = -1;
@@ -161,6 +170,13 @@ same_lock(const RedisLockEntry *a, const RedisLockEntry *b)
 	return a->dbid == b->dbid && a->serverid == b->serverid &&
 		a->keylen == b->keylen && a->keyhash == b->keyhash &&
 		memcmp(a->key, b->key, Min(a->keylen, REDISLOCK_ENTRY_KEY_LEN)) == 0;
+}
+
+/* The counter of listens asked and ended of database dbid */
+static pg_atomic_uint32 *
+wake_changes_of(Oid dbid)
+{
+	return &table->wake_changes[murmurhash32(dbid) % WAKE_CHANGE_COUNTERS];
 }
 
 /* Is the entry in the chain of its lock, being comparable with others? */
@@ -259,7 +275,7 @@ free_entry(RedisLockEntry *entry)
 		unlink_entry(entry);
 	}
 	if (pg_atomic_read_u32(&entry->wake_asked) != 0)
-		pg_atomic_fetch_add_u32(&table->wake_changes, 1);
+		pg_atomic_fetch_add_u32(wake_changes_of(entry->dbid), 1);
 	entry->id = 0;
 	entry->pid = 0;
 	entry->next = table->freelist;
@@ -470,26 +486,46 @@ locktable_wait_turn(LockTableRef ref, long timeout_ms)
 }
 
 /*
- * A palloc'd copy of every entry in use, and their number.  The array is
- * allocated before the lock is taken, for as many entries as were in use
- * then; if more are in use once it is taken, that is done again.
+ * Is the entry one that a copy wants: of database dbid (InvalidOid: of
+ * any), and, for listens_only, one whose waiter asked its worker to listen
+ * for it?  The caller holds the lock.
  */
-RedisLockEntry *
-locktable_copy(int *count)
+static bool
+copy_wants(RedisLockEntry *entry, Oid dbid, bool listens_only)
+{
+	return entry->id != 0 &&
+		(dbid == InvalidOid || entry->dbid == dbid) &&
+		(!listens_only || pg_atomic_read_u32(&entry->wake_asked) != 0);
+}
+
+/*
+ * A palloc'd copy of the entries in use that copy_wants(), and their
+ * number.  The array is allocated before the lock is taken, for as many
+ * entries as were in use then; if more are in use once it is taken, that
+ * is done again.
+ */
+static RedisLockEntry *
+copy_entries(Oid dbid, bool listens_only, int *count)
 {
 	for (;;)
 	{
 		int			room = Max(table->used, 1);
 		RedisLockEntry *copies = palloc(sizeof(RedisLockEntry) * room);
 		int			n = 0;
+		int			seen = 0;
 		int			i;
 
 		LWLockAcquire(table->lock, LW_SHARED);
 		if (table->used <= room)
 		{
-			for (i = 0; i < table->size && n < table->used; i++)
-				if (table->entries[i].id != 0)
+			for (i = 0; i < table->size && seen < table->used; i++)
+			{
+				if (table->entries[i].id == 0)
+					continue;
+				seen++;
+				if (copy_wants(&table->entries[i], dbid, listens_only))
 					copies[n++] = table->entries[i];
+			}
 			LWLockRelease(table->lock);
 			*count = n;
 			return copies;
@@ -497,6 +533,25 @@ locktable_copy(int *count)
 		LWLockRelease(table->lock);
 		pfree(copies);
 	}
+}
+
+/* A palloc'd copy of every entry in use, and their number */
+RedisLockEntry *
+locktable_copy(int *count)
+{
+	return copy_entries(InvalidOid, false, count);
+}
+
+/*
+ * For the worker: a palloc'd copy of the entries of its database, and
+ * their number; with listens_only, only of those whose waiter asked it to
+ * listen.  A worker looks at its own database's locks, and copies no
+ * other's.
+ */
+RedisLockEntry *
+locktable_copy_database(bool listens_only, int *count)
+{
+	return copy_entries(MyDatabaseId, listens_only, count);
 }
 
 /*
@@ -588,7 +643,7 @@ locktable_wake_ask(LockTableRef ref)
 	pg_atomic_write_u32(&entry->wake_heard, 0);
 	pg_write_barrier();
 	pg_atomic_write_u32(&entry->wake_asked, last_request);
-	pg_atomic_fetch_add_u32(&table->wake_changes, 1);
+	pg_atomic_fetch_add_u32(wake_changes_of(entry->dbid), 1);
 	return last_request;
 }
 
@@ -630,20 +685,21 @@ locktable_wake_end(LockTableRef ref)
 {
 	if (ref.index >= 0 &&
 		pg_atomic_exchange_u32(&table->entries[ref.index].wake_asked, 0) != 0)
-		pg_atomic_fetch_add_u32(&table->wake_changes, 1);
+		pg_atomic_fetch_add_u32(wake_changes_of(MyDatabaseId), 1);
 }
 
 /*
  * For the worker: a number that changes whenever a listen is asked for or
- * ended, in any database, so that the worker looks at the table only then,
- * not at every message that wakes a waiter.  Each change is counted after
- * the entry is written, with a full barrier: a worker that reads the
- * number before it looks sees at least what was counted by then.
+ * ended in its database (and in the few that share its counter), so that
+ * the worker looks at the table only then, not at every message that
+ * wakes a waiter, nor at every wait of another database.  Each change is
+ * counted after the entry is written, with a full barrier: a worker that
+ * reads the number before it looks sees at least what was counted by then.
  */
 uint32
 locktable_wake_changes(void)
 {
-	return pg_atomic_read_u32(&table->wake_changes);
+	return pg_atomic_read_u32(wake_changes_of(MyDatabaseId));
 }
 
 /*

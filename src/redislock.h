@@ -258,6 +258,7 @@ extern void locktable_publish(LockTableRef ref, const RedisLockState *state);
 extern void locktable_release(LockTableRef ref);
 extern bool locktable_wait_turn(LockTableRef ref, long timeout_ms);
 extern RedisLockEntry *locktable_copy(int *count);
+extern RedisLockEntry *locktable_copy_database(bool listens_only, int *count);
 extern bool locktable_note_renewal(LockTableRef ref,
 								   TimestampTz lease_expires_at);
 extern bool locktable_mark_lost(LockTableRef ref);

@@ -654,7 +654,7 @@ look_at_requests(MemoryContext tmpcxt)
 	int			i;
 
 	MemoryContextSwitchTo(tmpcxt);
-	entries = locktable_copy(&n);
+	entries = locktable_copy_database(true, &n);
 
 	foreach(lc, listens)
 		((Listen *) lfirst(lc))->seen = false;
@@ -665,7 +665,7 @@ look_at_requests(MemoryContext tmpcxt)
 		LockTableRef ref = {entry->index, entry->id};
 		Listen	   *listen;
 
-		if (entry->dbid != MyDatabaseId || asked == 0 || !entry->key_complete)
+		if (asked == 0 || !entry->key_complete)
 			continue;
 		listen = listen_of(ref);
 		if (listen != NULL && listen->asked == asked)
@@ -707,7 +707,7 @@ look_at_requests(MemoryContext tmpcxt)
  * Serve the database's waiters: read what came on the subscriptions, and
  * take up the requests made and ended since the last look, looking at the
  * lock table only when some were (a hot lock's hand-off brings a message
- * each time, and a look copies the table).  Returns how
+ * each time, and a look copies the database's requests).  Returns how
  * many requests are served.  The caller's memory context is reset before
  * the next call; what lasts is kept in waker_cxt.
  */

@@ -104,7 +104,7 @@ holder_lives(const RedisLockEntry *entry)
 }
 
 /*
- * Is the entry a lock of this database whose lease the watchdog renews
+ * Is the entry, of this database, a lock whose lease the watchdog renews
  * now: granted and held, renewal asked for and its limit not passed, not
  * found lost, and its holder alive?
  */
@@ -113,7 +113,7 @@ renewable(RedisLockEntry *entry, TimestampTz now)
 {
 	const RedisLockState *state = &entry->state;
 
-	return entry->dbid == MyDatabaseId && state->granted &&
+	return state->granted &&
 		state->session_holds + state->xact_holds > 0 &&
 		state->renew_until != 0 && now < state->renew_until &&
 		entry->key_complete &&
@@ -407,7 +407,7 @@ TimestampTz
 watchdog_renew_due_leases(void)
 {
 	int			n;
-	RedisLockEntry *entries = locktable_copy(&n);
+	RedisLockEntry *entries = locktable_copy_database(false, &n);
 	Renewal    *due = palloc(sizeof(Renewal) * Max(n, 1));
 	int			ndue = 0;
 	TimestampTz now = GetCurrentTimestamp();
