@@ -32,15 +32,15 @@
  * the holder's release wakes it.  An entry that leaves (a holder that
  * released, a waiter that gave up) or that is granted sets the latch of
  * the lock's earliest waiter, so that the lock passes to the local
- * waiters in the order they came, and nobody sleeps behind one that left.  To find a
- * lock's entries without a scan of the table, the entries in use hang in
- * hash chains, one per bucket of the hash of their lock; an entry's next
- * serves the free list while it is free and its chain while in use.  The
- * chains are the table's, not the entries': whoever claims or frees an
- * entry links or unlinks it, writing the next of another backend's entry,
- * under the lock in exclusive mode.  An entry whose key is too long to be
- * kept whole cannot be compared, so it is in no chain and waits as a
- * backend without the preload does.
+ * waiters in the order they came, and nobody sleeps behind one that left.
+ * To find a lock's entries without a scan of the table, the entries in use
+ * hang in hash chains, one per bucket of the hash of their lock; an
+ * entry's next serves the free list while it is free and its chain while
+ * in use.  The chains are the table's, not the entries': whoever claims or
+ * frees an entry links or unlinks it, writing the next of another
+ * backend's entry, under the lock in exclusive mode.  An entry whose key
+ * is too long to be kept whole cannot be compared, so it is in no chain
+ * and waits as a backend without the preload does.
  *
  *-------------------------------------------------------------------------
  */
