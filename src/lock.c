@@ -312,8 +312,9 @@ lock_state(const HeldLock *lock, RedisLockState *state)
 }
 
 /*
- * Show in the shared lock table what changed of the lock.  Called once
- * Redis has answered, and not for a lock about to be forgotten.
+ * Show in the shared lock table what changed of the lock: once Redis has
+ * answered, or, for holds that end at transaction end, before their
+ * release is sent.
  */
 static void
 publish_lock(const HeldLock *lock)
@@ -605,12 +606,14 @@ add_token_arg(RedisCall *call)
  * Make call the script that resets the lease of a lock, and of its fencing
  * token, to ttl_ms if the lock's key still carries token: for
  * redis_lock_extend(), the check before commit and the lease watchdog.
- * The strings must outlive the call.
+ * With hold_fence, the fencing token of a hold in digits, it renews only
+ * that hold (extend_script says why).  The strings must outlive the call.
  */
 void
 lock_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 				 int rkeylen, int slot, const char *fence_key,
-				 int fence_keylen, const char *token, int ttl_ms)
+				 int fence_keylen, const char *token, int ttl_ms,
+				 const char *hold_fence)
 {
 	redis_call_init(call, conn, &extend_script);
 	call->slot = slot;
@@ -619,6 +622,8 @@ lock_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 	redis_call_arg(call, fence_key, fence_keylen);
 	redis_call_arg(call, token, strlen(token));
 	redis_call_int_arg(call, ttl_ms);
+	if (hold_fence != NULL)
+		redis_call_arg(call, hold_fence, strlen(hold_fence));
 }
 
 /* Make call the script that resets the lease of lock to ttl_ms if ours */
@@ -627,7 +632,7 @@ prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 {
 	lock_extend_call(call, lock->conn, lock->tag.key, lock->tag.keylen,
 					 lock->slot, lock->fence_key, lock->fence_keylen,
-					 conn_owner_token(lock->conn), ttl_ms);
+					 conn_owner_token(lock->conn), ttl_ms, NULL);
 	call->origin = lock;
 }
 
@@ -1057,8 +1062,8 @@ wait_before_retry(HeldLock *lock, TimestampTz start, int wait_ms,
 
 /*
  * With the preload, wait until it is this backend's turn to ask Redis for
- * the lock: no local backend that came before still waits, and none holds
- * it.  Returns false when the wait ran out first.
+ * the lock: no local backend that came before still waits.  Returns false
+ * when the wait ran out first.
  */
 static bool
 wait_for_turn(HeldLock *lock, TimestampTz start, int wait_ms, bool *waited)
@@ -1750,7 +1755,11 @@ release_done(RedisCall *call)
 
 /*
  * Queue the release of a lock that has no holds left, if Redis may have it;
- * forget it at once otherwise.
+ * forget it at once otherwise.  The shared lock table shows it without
+ * holds before the batch goes out, however long the batch then takes (a
+ * slow server elsewhere): the lease watchdog renews it no more, and a
+ * local waiter takes the DEL of its key for this release, not another
+ * client's.
  */
 static void
 queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
@@ -1761,6 +1770,7 @@ queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
 	{
 		RedisCall  *call = redis_batch_add(batch);
 
+		publish_lock(lock);
 		prepare_release(call, lock, true);
 		call->on_reply = release_done;
 	}

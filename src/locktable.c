@@ -22,19 +22,25 @@
  *
  * The entries of one lock (the same database, server and whole Redis key)
  * form its local queue: a waiter asks Redis only once no entry that came
- * before it still waits and no local holder's lease is running, and until
- * then sleeps on its latch, making no Redis call.  An entry that leaves
- * (a holder that released, a waiter that gave up) sets the latch of the
- * lock's earliest waiter, so that the lock passes to the local waiters in
- * the order they came, and nobody sleeps behind one that left.  To find a
- * lock's entries without a scan of the table, the entries in use hang in
- * hash chains, one per bucket of the hash of their lock; an entry's next
- * serves the free list while it is free and its chain while in use.  The
- * chains are the table's, not the entries': whoever claims or frees an
- * entry links or unlinks it, writing the next of another backend's entry,
- * under the lock in exclusive mode.  An entry whose key is too long to be
- * kept whole cannot be compared, so it is in no chain and waits as a
- * backend without the preload does.
+ * before it still waits, and until then sleeps on its latch, making no
+ * Redis call.  The queue orders the local waiters among themselves, and
+ * nothing more: whether the lock is free is Redis' to say, and a local
+ * holder does not keep the first in line from asking, for another client
+ * may have deleted the key (an operator's DEL, a forced unlock), which
+ * the local holder would learn only at its next renewal.  The first in
+ * line waits in Redis as any waiter does, queued beside the key, where
+ * the holder's release wakes it.  An entry that leaves (a holder that
+ * released, a waiter that gave up) or that is granted sets the latch of
+ * the lock's earliest waiter, so that the lock passes to the local
+ * waiters in the order they came, and nobody sleeps behind one that left.
+ * To find a lock's entries without a scan of the table, the entries in use
+ * hang in hash chains, one per bucket of the hash of their lock; an
+ * entry's next serves the free list while it is free and its chain while
+ * in use.  The chains are the table's, not the entries': whoever claims or
+ * frees an entry links or unlinks it, writing the next of another
+ * backend's entry, under the lock in exclusive mode.  An entry whose key
+ * is too long to be kept whole cannot be compared, so it is in no chain
+ * and waits as a backend without the preload does.
  *
  *-------------------------------------------------------------------------
  */
@@ -58,6 +64,14 @@
 
 #include "redislock.h"
 
+/*
+ * How many counters of listens asked and ended the table keeps: each
+ * database counts on one, chosen by its OID, so that a worker looks at the
+ * table when a waiter of its own database, or of the few that share its
+ * counter, starts or ends a wait, not of every database
+ */
+#define WAKE_CHANGE_COUNTERS 64
+
 typedef struct LockTable
 {
 	LWLock	   *lock;
@@ -65,8 +79,8 @@ typedef struct LockTable
 	int			used;
 	int			freelist;		/* the first free entry, -1 for none */
 	uint64		last_id;
-	pg_atomic_uint32 wake_changes;	/* counts the worker listens asked for
-									 * and ended (locktable_wake_changes) */
+	/* counts the worker listens asked for and ended, by database */
+	pg_atomic_uint32 wake_changes[WAKE_CHANGE_COUNTERS];
 	int			nchains;		/* a power of two, at least size */
 	RedisLockEntry entries[FLEXIBLE_ARRAY_MEMBER];
 	/* then int chains[nchains]: each chain's first entry, -1 for none */
@@ -128,7 +142,8 @@ locktable_shmem_startup(void)
 		table->size = redislock_max_locks;
 		table->used = 0;
 		table->last_id = 0;
-		pg_atomic_init_u32(&table->wake_changes, 0);
+		for (i = 0; i < WAKE_CHANGE_COUNTERS; i++)
+			pg_atomic_init_u32(&table->wake_changes[i], 0);
 		table->nchains = chain_count();
 		for (i = 0; i < table->nchains; i++)
 			chains[i] = -1;
@@ -155,6 +170,13 @@ same_lock(const RedisLockEntry *a, const RedisLockEntry *b)
 	return a->dbid == b->dbid && a->serverid == b->serverid &&
 		a->keylen == b->keylen && a->keyhash == b->keyhash &&
 		memcmp(a->key, b->key, Min(a->keylen, REDISLOCK_ENTRY_KEY_LEN)) == 0;
+}
+
+/* The counter of listens asked and ended of database dbid */
+static pg_atomic_uint32 *
+wake_changes_of(Oid dbid)
+{
+	return &table->wake_changes[murmurhash32(dbid) % WAKE_CHANGE_COUNTERS];
 }
 
 /* Is the entry in the chain of its lock, being comparable with others? */
@@ -222,6 +244,22 @@ earliest_waiter(const RedisLockEntry *entry)
 }
 
 /*
+ * The PGPROC number of the waiter to wake when a queued entry no longer
+ * keeps the others of its lock waiting, -1 if none: the earliest waiter,
+ * when the entry came before it or held the lock (its release may have
+ * freed the lock); the caller holds the lock.
+ */
+static int
+next_to_wake(const RedisLockEntry *entry, bool held)
+{
+	RedisLockEntry *next = earliest_waiter(entry);
+
+	if (next != NULL && (held || entry->id < next->id))
+		return next->procno;
+	return -1;
+}
+
+/*
  * Put an entry back on the free list; the caller holds the lock.  When the
  * entry held its lock, or was the first in line for it, the next waiter's
  * turn may have come: the PGPROC number to wake is returned, -1 if none.
@@ -233,14 +271,11 @@ free_entry(RedisLockEntry *entry)
 
 	if (queued(entry))
 	{
-		RedisLockEntry *next = earliest_waiter(entry);
-
-		if (next != NULL && (entry->state.granted || entry->id < next->id))
-			wake = next->procno;
+		wake = next_to_wake(entry, entry->state.granted);
 		unlink_entry(entry);
 	}
 	if (pg_atomic_read_u32(&entry->wake_asked) != 0)
-		pg_atomic_fetch_add_u32(&table->wake_changes, 1);
+		pg_atomic_fetch_add_u32(wake_changes_of(entry->dbid), 1);
 	entry->id = 0;
 	entry->pid = 0;
 	entry->next = table->freelist;
@@ -353,16 +388,27 @@ locktable_claim(RedisConn *conn, const char *rkey, int rkeylen,
 	return ref;
 }
 
-/* Publish the state of this backend's lock */
+/*
+ * Publish the state of this backend's lock.  A waiter granted the lock no
+ * longer keeps the next local waiter from asking Redis: it is woken, to
+ * wait in Redis, where it hears of the key's release or deletion.
+ */
 void
 locktable_publish(LockTableRef ref, const RedisLockState *state)
 {
+	RedisLockEntry *entry;
+	int			wake = -1;
+
 	if (ref.index < 0)
 		return;
+	entry = &table->entries[ref.index];
 	LWLockAcquire(table->lock, LW_EXCLUSIVE);
-	Assert(table->entries[ref.index].id == ref.id);
-	table->entries[ref.index].state = *state;
+	Assert(entry->id == ref.id);
+	if (state->granted && !entry->state.granted && queued(entry))
+		wake = next_to_wake(entry, false);
+	entry->state = *state;
 	LWLockRelease(table->lock);
+	wake_waiter(wake);
 }
 
 /*
@@ -387,53 +433,28 @@ locktable_release(LockTableRef ref)
 }
 
 /*
- * Until when does a local holder keep a lock from the waiters: the end of
- * its lease, as the holder or a renewer last set it; 0 once the lease was
- * found lost.
- */
-static TimestampTz
-holder_lease_end(RedisLockEntry *holder)
-{
-	if (pg_atomic_read_u32(&holder->lost) != 0)
-		return 0;
-	return Max(holder->state.lease_expires_at,
-			   (TimestampTz) pg_atomic_read_u64(&holder->renewed_until));
-}
-
-/*
  * Is it the turn of this backend's entry to ask Redis for its lock: does
- * no entry that came before it still wait, and no local holder's lease
- * run?  When a holder's lease is what it waits for, *lease_end receives
- * the last such lease's end, when the holder no longer counts; else 0.
+ * no entry that came before it still wait?  A local holder does not count:
+ * Redis, which another client may have told to delete the key, says
+ * whether the lock is free, and the first in line asks it.
  */
 static bool
-is_turn_of(LockTableRef ref, TimestampTz *lease_end)
+is_turn_of(LockTableRef ref)
 {
 	RedisLockEntry *self = &table->entries[ref.index];
-	TimestampTz now = GetCurrentTimestamp();
 	bool		turn = true;
 	int			i;
 
-	*lease_end = 0;
 	LWLockAcquire(table->lock, LW_SHARED);
 	Assert(self->id == ref.id);
-	for (i = queued(self) ? *chain_of(self) : -1; i >= 0;
+	for (i = queued(self) ? *chain_of(self) : -1; i >= 0 && turn;
 		 i = table->entries[i].next)
 	{
 		RedisLockEntry *other = &table->entries[i];
 
-		if (other == self || !same_lock(other, self))
-			continue;
-		if (!other->state.granted)
-		{
-			if (other->id < self->id)
-				turn = false;
-		}
-		else if (holder_lease_end(other) > now)
-		{
+		if (other != self && !other->state.granted &&
+			other->id < self->id && same_lock(other, self))
 			turn = false;
-			*lease_end = Max(*lease_end, holder_lease_end(other));
-		}
 	}
 	LWLockRelease(table->lock);
 	return turn;
@@ -442,29 +463,21 @@ is_turn_of(LockTableRef ref, TimestampTz *lease_end)
 /*
  * Before each attempt at a lock in Redis: true when it is this backend's
  * turn, among the local waiters, to ask.  Otherwise sleep on the latch for
- * at most timeout_ms (-1: no limit; 0: do not sleep), or until the lease
- * of the local holder runs out, and return false: the caller checks its
- * deadline and asks again.  An entry that leaves wakes the next waiter;
- * interrupts are serviced on waking.  Always true without the preload.
+ * at most timeout_ms (-1: no limit; 0: do not sleep) and return false: the
+ * caller checks its deadline and asks again.  An entry before it that
+ * leaves, or is granted, wakes the next waiter; interrupts are serviced
+ * on waking.  Always true without the preload.
  */
 bool
 locktable_wait_turn(LockTableRef ref, long timeout_ms)
 {
-	TimestampTz lease_end;
 	int			events = WL_LATCH_SET | WL_EXIT_ON_PM_DEATH;
 
-	if (ref.index < 0 || is_turn_of(ref, &lease_end))
+	if (ref.index < 0 || is_turn_of(ref))
 		return true;
 	if (timeout_ms == 0)
 		return false;
-	if (lease_end != 0)
-	{
-		long		lease_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-															   lease_end) + 1;
-
-		timeout_ms = timeout_ms < 0 ? lease_ms : Min(timeout_ms, lease_ms);
-	}
-	if (timeout_ms >= 0)
+	if (timeout_ms > 0)
 		events |= WL_TIMEOUT;
 	(void) WaitLatch(MyLatch, events, timeout_ms, redislock_wait_event);
 	ResetLatch(MyLatch);
@@ -473,26 +486,46 @@ locktable_wait_turn(LockTableRef ref, long timeout_ms)
 }
 
 /*
- * A palloc'd copy of every entry in use, and their number.  The array is
- * allocated before the lock is taken, for as many entries as were in use
- * then; if more are in use once it is taken, that is done again.
+ * Is the entry one that a copy wants: of database dbid (InvalidOid: of
+ * any), and, for listens_only, one whose waiter asked its worker to listen
+ * for it?  The caller holds the lock.
  */
-RedisLockEntry *
-locktable_copy(int *count)
+static bool
+copy_wants(RedisLockEntry *entry, Oid dbid, bool listens_only)
+{
+	return entry->id != 0 &&
+		(dbid == InvalidOid || entry->dbid == dbid) &&
+		(!listens_only || pg_atomic_read_u32(&entry->wake_asked) != 0);
+}
+
+/*
+ * A palloc'd copy of the entries in use that copy_wants(), and their
+ * number.  The array is allocated before the lock is taken, for as many
+ * entries as were in use then; if more are in use once it is taken, that
+ * is done again.
+ */
+static RedisLockEntry *
+copy_entries(Oid dbid, bool listens_only, int *count)
 {
 	for (;;)
 	{
 		int			room = Max(table->used, 1);
 		RedisLockEntry *copies = palloc(sizeof(RedisLockEntry) * room);
 		int			n = 0;
+		int			seen = 0;
 		int			i;
 
 		LWLockAcquire(table->lock, LW_SHARED);
 		if (table->used <= room)
 		{
-			for (i = 0; i < table->size && n < table->used; i++)
-				if (table->entries[i].id != 0)
+			for (i = 0; i < table->size && seen < table->used; i++)
+			{
+				if (table->entries[i].id == 0)
+					continue;
+				seen++;
+				if (copy_wants(&table->entries[i], dbid, listens_only))
 					copies[n++] = table->entries[i];
+			}
 			LWLockRelease(table->lock);
 			*count = n;
 			return copies;
@@ -500,6 +533,25 @@ locktable_copy(int *count)
 		LWLockRelease(table->lock);
 		pfree(copies);
 	}
+}
+
+/* A palloc'd copy of every entry in use, and their number */
+RedisLockEntry *
+locktable_copy(int *count)
+{
+	return copy_entries(InvalidOid, false, count);
+}
+
+/*
+ * For the worker: a palloc'd copy of the entries of its database, and
+ * their number; with listens_only, only of those whose waiter asked it to
+ * listen.  A worker looks at its own database's locks, and copies no
+ * other's.
+ */
+RedisLockEntry *
+locktable_copy_database(bool listens_only, int *count)
+{
+	return copy_entries(MyDatabaseId, listens_only, count);
 }
 
 /*
@@ -591,7 +643,7 @@ locktable_wake_ask(LockTableRef ref)
 	pg_atomic_write_u32(&entry->wake_heard, 0);
 	pg_write_barrier();
 	pg_atomic_write_u32(&entry->wake_asked, last_request);
-	pg_atomic_fetch_add_u32(&table->wake_changes, 1);
+	pg_atomic_fetch_add_u32(wake_changes_of(entry->dbid), 1);
 	return last_request;
 }
 
@@ -633,20 +685,21 @@ locktable_wake_end(LockTableRef ref)
 {
 	if (ref.index >= 0 &&
 		pg_atomic_exchange_u32(&table->entries[ref.index].wake_asked, 0) != 0)
-		pg_atomic_fetch_add_u32(&table->wake_changes, 1);
+		pg_atomic_fetch_add_u32(wake_changes_of(MyDatabaseId), 1);
 }
 
 /*
  * For the worker: a number that changes whenever a listen is asked for or
- * ended, in any database, so that the worker looks at the table only then,
- * not at every message that wakes a waiter.  Each change is counted after
- * the entry is written, with a full barrier: a worker that reads the
- * number before it looks sees at least what was counted by then.
+ * ended in its database (and in the few that share its counter), so that
+ * the worker looks at the table only then, not at every message that
+ * wakes a waiter, nor at every wait of another database.  Each change is
+ * counted after the entry is written, with a full barrier: a worker that
+ * reads the number before it looks sees at least what was counted by then.
  */
 uint32
 locktable_wake_changes(void)
 {
-	return pg_atomic_read_u32(&table->wake_changes);
+	return pg_atomic_read_u32(wake_changes_of(MyDatabaseId));
 }
 
 /*
@@ -671,8 +724,34 @@ locktable_wake_reply(LockTableRef ref, uint32 asked, int hears)
 }
 
 /*
+ * Does a local backend hold the lock of a waiter's entry, with holds that
+ * it has not begun to release?  Holds that end are shown ended before
+ * their release deletes the key (lock.c), so a DEL of the key while such
+ * a holder is there is another client's.  The caller holds the lock.
+ */
+static bool
+held_here(const RedisLockEntry *waiter)
+{
+	int			i;
+
+	for (i = queued(waiter) ? *chain_of(waiter) : -1; i >= 0;
+		 i = table->entries[i].next)
+	{
+		RedisLockEntry *other = &table->entries[i];
+
+		if (other != waiter && other->state.granted &&
+			other->state.session_holds + other->state.xact_holds > 0 &&
+			same_lock(other, waiter))
+			return true;
+	}
+	return false;
+}
+
+/*
  * For the worker: a release of the entry's lock was heard, or the key's
- * DEL (del), which wakes the waiter only when its holder announces nothing
+ * DEL (del).  A DEL wakes the waiter when its holder announces nothing,
+ * or when that holder is a local backend that did not release: then
+ * another client deleted the key under it, and nobody announces that.
  */
 void
 locktable_wake_heard(LockTableRef ref, bool del)
@@ -682,7 +761,8 @@ locktable_wake_heard(LockTableRef ref, bool del)
 	LWLockAcquire(table->lock, LW_SHARED);
 	entry = referenced_entry(ref);
 	if (entry != NULL && pg_atomic_read_u32(&entry->wake_asked) != 0 &&
-		!(del && pg_atomic_read_u32(&entry->wake_holder_announces) != 0))
+		(!del || pg_atomic_read_u32(&entry->wake_holder_announces) == 0 ||
+		 held_here(entry)))
 	{
 		pg_atomic_write_u32(&entry->wake_heard, 1);
 		wake_waiter(entry->procno);

@@ -111,7 +111,8 @@ extern bool locks_have_xact_holds(void);
 extern void lock_extend_call(RedisCall *call, RedisConn *conn,
 							 const char *rkey, int rkeylen, int slot,
 							 const char *fence_key, int fence_keylen,
-							 const char *token, int ttl_ms);
+							 const char *token, int ttl_ms,
+							 const char *hold_fence);
 extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
 								  TimestampTz start);
 extern void locks_verify_before_commit(void);
@@ -264,6 +265,7 @@ extern void locktable_publish(LockTableRef ref, const RedisLockState *state);
 extern void locktable_release(LockTableRef ref);
 extern bool locktable_wait_turn(LockTableRef ref, long timeout_ms);
 extern RedisLockEntry *locktable_copy(int *count);
+extern RedisLockEntry *locktable_copy_database(bool listens_only, int *count);
 extern bool locktable_note_renewal(LockTableRef ref,
 								   TimestampTz lease_expires_at);
 extern bool locktable_mark_lost(LockTableRef ref);

@@ -246,11 +246,26 @@ RedisScript abandon_script = {
  * Reset the lease of the lock, and of its fencing token, only if the lock
  * is still ours.  Returns 1 when renewed.  The token's lease goes first: if
  * the lock's then failed, the token would only outlive the lock by a lease.
- * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms.
+ *
+ * One owner token serves every hold of a backend on a server, so the token
+ * alone cannot tell one hold from the next: a renewal that the lease
+ * watchdog sent for a hold could reach Redis after the backend released
+ * it and took the lock again, with a shorter ttl, and stretch the new
+ * hold to the old one's.  The watchdog names the fencing token of the
+ * hold it renews, which each grant draws anew, and a renewal finds the
+ * lock ours only while the token is still that one (or gone, as after an
+ * eviction).  The lock's value, which other clients see, stays the owner
+ * token.
+ * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms[, fencing token
+ * of the hold].
  */
 RedisScript extend_script = {
 	"extend",
 	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"  local fence = ARGV[3] and redis.call('GET', KEYS[2])\n"
+	"  if fence and fence ~= ARGV[3] then\n"
+	"    return 0\n"
+	"  end\n"
 	"  redis.call('PEXPIRE', KEYS[2], ARGV[2])\n"
 	"  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
 	"end\n"

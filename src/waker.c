@@ -14,7 +14,8 @@
  * that queues it.  A message sets the waiter's latch.  One connection per
  * node, server and user mapping carries every channel that the database's
  * waiters need there, and nothing else; a channel is left when its wait
- * ends.  With the preload, only the first local waiter of a lock waits in
+ * ends, and a connection that no wait has needed for a few seconds is
+ * closed.  With the preload, only the first local waiter of a lock waits in
  * Redis (locktable.c), so the worker listens for one waiter per lock.
  *
  * Whatever the worker cannot serve it answers as lost: a connection that
@@ -78,11 +79,19 @@ struct WakerNode
 	bool		sharded;		/* SSUBSCRIBE; false on a server without */
 	List	   *expects;		/* Expect *, in the order sent */
 	List	   *listens;		/* Listen * subscribed here */
+	TimestampTz idle_since;		/* since when it has no listens */
 	TimestampTz failed_at;		/* its last connect failed then, else 0 */
 };
 
 /* A node whose connect failed is not tried again for this long (ms) */
 #define RECONNECT_PAUSE_MS	1000
+
+/*
+ * A node that no wait has needed for this long (ms) is closed; the worker
+ * stays longer than this once its waits have ended (worker.c), so that its
+ * last looks close them all
+ */
+#define NODE_IDLE_MS		5000
 
 static MemoryContext waker_cxt = NULL;
 static List *waker_nodes = NIL;
@@ -146,6 +155,7 @@ subscribe(WakerNode *wn, Listen *listen)
 	else
 		listen->hears &= ~WAKE_KEYSPACE;
 	wn->listens = lappend(wn->listens, listen);
+	wn->idle_since = 0;
 }
 
 /* Leave listen's channels on wn, and forget what it expected there */
@@ -162,6 +172,8 @@ unsubscribe(WakerNode *wn, Listen *listen)
 			e->listen = NULL;
 	}
 	wn->listens = list_delete_ptr(wn->listens, listen);
+	if (wn->listens == NIL)
+		wn->idle_since = GetCurrentTimestamp();
 	if (!node_is_connected(wn->node))
 		return;
 	append_command(wn, wn->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE",
@@ -458,9 +470,49 @@ waker_node_for(RedisConn *conn, RedisNode *master)
 						   master->unix_socket);
 	wn->node->role = "subscriber";
 	wn->sharded = true;
+	wn->idle_since = GetCurrentTimestamp();
 	redis_conn_pin(conn);
 	waker_nodes = lappend(waker_nodes, wn);
 	return wn;
+}
+
+/* Close a subscription connection that serves no request, and forget it */
+static void
+free_node(WakerNode *wn)
+{
+	Assert(wn->listens == NIL);
+	lose_node(wn);
+	node_destroy(wn->node);
+	pfree(wn->node);
+	redis_conn_unpin(wn->conn);
+	pfree(wn);
+}
+
+/*
+ * Close the subscription connections that serve no request and that no
+ * request will need: those idle for NODE_IDLE_MS (a Cluster node whose
+ * slots moved, a master that Sentinel replaced, a lock no longer waited
+ * for), and those of a server's connection entry that a change of the
+ * server or user mapping replaced, which they keep pinned.  Each would
+ * otherwise stay open, and keep its entry, for as long as the worker runs.
+ */
+static void
+prune_idle_nodes(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	ListCell   *lc;
+
+	foreach(lc, waker_nodes)
+	{
+		WakerNode  *wn = (WakerNode *) lfirst(lc);
+
+		if (wn->listens != NIL ||
+			(!wn->conn->retired &&
+			 now < TimestampTzPlusMilliseconds(wn->idle_since, NODE_IDLE_MS)))
+			continue;
+		waker_nodes = foreach_delete_current(waker_nodes, lc);
+		free_node(wn);
+	}
 }
 
 /*
@@ -654,7 +706,7 @@ look_at_requests(MemoryContext tmpcxt)
 	int			i;
 
 	MemoryContextSwitchTo(tmpcxt);
-	entries = locktable_copy(&n);
+	entries = locktable_copy_database(true, &n);
 
 	foreach(lc, listens)
 		((Listen *) lfirst(lc))->seen = false;
@@ -665,7 +717,7 @@ look_at_requests(MemoryContext tmpcxt)
 		LockTableRef ref = {entry->index, entry->id};
 		Listen	   *listen;
 
-		if (entry->dbid != MyDatabaseId || asked == 0 || !entry->key_complete)
+		if (asked == 0 || !entry->key_complete)
 			continue;
 		listen = listen_of(ref);
 		if (listen != NULL && listen->asked == asked)
@@ -707,9 +759,10 @@ look_at_requests(MemoryContext tmpcxt)
  * Serve the database's waiters: read what came on the subscriptions, and
  * take up the requests made and ended since the last look, looking at the
  * lock table only when some were (a hot lock's hand-off brings a message
- * each time, and a look copies the table).  Returns how
- * many requests are served.  The caller's memory context is reset before
- * the next call; what lasts is kept in waker_cxt.
+ * each time, and a look copies the database's requests); then close the
+ * connections no longer needed.  Returns how many requests are served.
+ * The caller's memory context is reset before the next call; what lasts
+ * is kept in waker_cxt.
  */
 int
 waker_serve(void)
@@ -734,6 +787,7 @@ waker_serve(void)
 		looked_at_changes = changes;
 		look_at_requests(oldcxt);
 	}
+	prune_idle_nodes();
 	foreach(lc, waker_nodes)
 		flush_node((WakerNode *) lfirst(lc));
 	MemoryContextSwitchTo(oldcxt);

@@ -78,6 +78,7 @@ typedef struct Renewal
 	RedisConn  *conn;			/* NULL when none could be had */
 	char	   *fence_key;
 	int			fence_keylen;
+	char	   *hold_fence;		/* the hold's fencing token, or NULL */
 } Renewal;
 
 /* When the lease of an entry runs out, as renewed last, by anyone */
@@ -103,7 +104,7 @@ holder_lives(const RedisLockEntry *entry)
 }
 
 /*
- * Is the entry a lock of this database whose lease the watchdog renews
+ * Is the entry, of this database, a lock whose lease the watchdog renews
  * now: granted and held, renewal asked for and its limit not passed, not
  * found lost, and its holder alive?
  */
@@ -112,7 +113,7 @@ renewable(RedisLockEntry *entry, TimestampTz now)
 {
 	const RedisLockState *state = &entry->state;
 
-	return entry->dbid == MyDatabaseId && state->granted &&
+	return state->granted &&
 		state->session_holds + state->xact_holds > 0 &&
 		state->renew_until != 0 && now < state->renew_until &&
 		entry->key_complete &&
@@ -153,8 +154,27 @@ find_connections(Renewal *due, int ndue)
 }
 
 /*
+ * The fencing token, in digits, that names the hold a renewal is for, NULL
+ * for none.  The holder's owner token is the same for all its holds of a
+ * key, and a renewal still on its way when the holder releases and takes
+ * the key again must not stretch the new hold's lease to the old ttl.  The
+ * fencing token is drawn anew at each grant; on a Redlock server each
+ * master draws its own, and the entry keeps only the largest, so there
+ * the token cannot tell.
+ */
+static char *
+renewed_hold(const Renewal *renewal)
+{
+	if (redis_conn_decides_by_quorum(renewal->conn) ||
+		renewal->entry->state.fence == 0)
+		return NULL;
+	return psprintf(INT64_FORMAT, renewal->entry->state.fence);
+}
+
+/*
  * Make the call that renews a lease, as redis_lock_extend() would: the
- * holder's key and fencing token, its owner token and its ttl
+ * holder's key and fencing token key, its owner token and its ttl, and
+ * the fencing token of the hold renewed
  */
 static void
 prepare_renewal(RedisCall *call, Renewal *renewal)
@@ -166,9 +186,10 @@ prepare_renewal(RedisCall *call, Renewal *renewal)
 										   entry->prefixlen, slot,
 										   REDIS_SIBLING_FENCE,
 										   &renewal->fence_keylen);
+	renewal->hold_fence = renewed_hold(renewal);
 	lock_extend_call(call, renewal->conn, entry->key, entry->keylen, slot,
 					 renewal->fence_key, renewal->fence_keylen, entry->token,
-					 entry->state.ttl_ms);
+					 entry->state.ttl_ms, renewal->hold_fence);
 	call->origin = renewal;
 }
 
@@ -386,7 +407,7 @@ TimestampTz
 watchdog_renew_due_leases(void)
 {
 	int			n;
-	RedisLockEntry *entries = locktable_copy(&n);
+	RedisLockEntry *entries = locktable_copy_database(false, &n);
 	Renewal    *due = palloc(sizeof(Renewal) * Max(n, 1));
 	int			ndue = 0;
 	TimestampTz now = GetCurrentTimestamp();
@@ -415,6 +436,7 @@ watchdog_renew_due_leases(void)
 		due[ndue].ref.id = entry->id;
 		due[ndue].lease_end = lease_end;
 		due[ndue].conn = NULL;
+		due[ndue].hold_fence = NULL;
 		ndue++;
 	}
 	if (ndue > 0)

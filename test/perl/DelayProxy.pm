@@ -52,8 +52,11 @@ my @all_proxies;
 
 Start a proxy to 127.0.0.1:C<$target_port> and return it once it listens.
 C<port> chooses the port it listens on (a free one by default), so that a
-proxy stopped can be replaced by another on the same port.  The child
-leaves by itself when the test script is gone.
+proxy stopped can be replaced by another on the same port.
+C<hold_requests>, C<< [ qr/.../, $secs ] >>, holds back for C<$secs> each
+chunk from a client that matches the pattern, and what the same client
+sends after it, so that one request can be kept in flight while others
+go through.  The child leaves by itself when the test script is gone.
 
 =cut
 
@@ -70,7 +73,9 @@ sub start
 	my $pid = fork() // croak "cannot fork: $!";
 	if ($pid == 0)
 	{
-		my $status = eval { _serve($listener, $target_port, $delay); 0 } // 1;
+		my $status =
+		  eval { _serve($listener, $target_port, $delay, $opts{hold_requests}); 0 }
+		  // 1;
 		POSIX::_exit($status);
 	}
 	my $self = bless { pid => $pid, port => $listener->sockport }, $class;
@@ -116,21 +121,28 @@ sub stop
 
 =cut
 
-# The child's loop: accept, forward client bytes at once, and hand each
-# chunk from the target to the client once its delay has passed.
+# The child's loop: accept, forward client bytes at once (unless a chunk
+# matches hold_requests), and hand each chunk from the target to the client
+# once its delay has passed.
 sub _serve
 {
-	my ($listener, $target_port, $delay) = @_;
+	my ($listener, $target_port, $delay, $hold_requests) = @_;
+	my ($held_pattern, $hold) = @{ $hold_requests // [] };
 	my $select = IO::Select->new($listener);
-	my %peer;     # socket => the socket at the other end
-	my %client;   # target socket => its client socket
-	my @due;      # [ time, client socket, bytes ], oldest first
+	my %peer;           # socket => the socket at the other end
+	my %client;         # target socket => its client socket
+	my %held_until;     # target socket => when its held requests go
+	my @due;      # [ time, socket, bytes ], in order for each socket
 	my $parent = getppid();
 
 	# Leave when the test script is gone, however it ended.
 	while (getppid() == $parent)
 	{
-		my $wait = @due ? $due[0][0] - time() : 1;
+		my $wait = 1;
+		foreach my $chunk (@due)
+		{
+			$wait = $chunk->[0] - time() if $chunk->[0] - time() < $wait;
+		}
 		$wait = 0 if $wait < 0;
 		foreach my $sock ($select->can_read($wait))
 		{
@@ -160,6 +172,7 @@ sub _serve
 				$select->remove($sock, $other);
 				delete @peer{ $sock, $other };
 				delete @client{ $sock, $other };
+				delete @held_until{ $sock, $other };
 				@due = grep { $_->[1] != $sock && $_->[1] != $other } @due;
 				close $sock;
 				close $other;
@@ -170,14 +183,23 @@ sub _serve
 			}
 			else
 			{
-				_write_all($other, $buf);
+				my $until = $held_until{$other} // 0;
+				$until = time() + $hold
+				  if defined $held_pattern && $buf =~ $held_pattern;
+				if ($until > time())
+				{
+					push @due, [ $until, $other, $buf ];
+					$held_until{$other} = $until;
+				}
+				else
+				{
+					_write_all($other, $buf);
+				}
 			}
 		}
-		while (@due && $due[0][0] <= time())
-		{
-			my $chunk = shift @due;
-			_write_all($chunk->[1], $chunk->[2]);
-		}
+		my $now = time();
+		_write_all($_->[1], $_->[2]) foreach grep { $_->[0] <= $now } @due;
+		@due = grep { $_->[0] > $now } @due;
 	}
 }
 

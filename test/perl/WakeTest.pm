@@ -7,8 +7,8 @@ their backend, and the time a release takes to reach a waiter
 
 =head1 SYNOPSIS
 
-  use WakeTest qw(new_session pid_of waits start_timed_wait release_at
-    granted_after hand_off median);
+  use WakeTest qw(add_server new_session pid_of waits start_timed_wait
+    release_at granted_after hand_off median);
 
   my $holder = new_session($node);
   my $waiter = new_session($node);
@@ -29,10 +29,32 @@ use Exporter 'import';
 use Time::HiRes qw(usleep);
 use RedisLockTest qw(session session_query start_query finish_query wait_until);
 
-our @EXPORT_OK = qw(new_session pid_of waits start_timed_wait release_at
-  granted_after hand_off median);
+our @EXPORT_OK = qw(add_server new_session pid_of waits start_timed_wait
+  release_at granted_after hand_off median);
 
 my %pids;
+
+=pod
+
+=item add_server($node, $server, $port)
+
+In database C<postgres> of C<$node>, a foreign server C<$server> of the
+redislock wrapper for the Redis (or the proxy) on 127.0.0.1:C<$port>, with
+USAGE granted to PUBLIC.
+
+=cut
+
+sub add_server
+{
+	my ($node, $server, $port) = @_;
+	$node->safe_psql(
+		'postgres', qq{
+		CREATE SERVER $server FOREIGN DATA WRAPPER redislock
+			OPTIONS (host '127.0.0.1', port '$port');
+		GRANT USAGE ON FOREIGN SERVER $server TO PUBLIC;
+	});
+	return;
+}
 
 =pod
 

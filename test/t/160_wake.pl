@@ -19,19 +19,13 @@ use Time::HiRes qw(gettimeofday tv_interval usleep);
 use DelayProxy;
 use RedisLockTest qw(session_query start_query finish_query wait_for_stderr
   wait_until);
-use WakeTest qw(new_session pid_of waits hand_off median);
+use WakeTest qw(add_server new_session pid_of waits hand_off median);
 
 my $redis = RedisLockTest->start_redis();
 # the replies to one session's connections come 0.5 s late
 my $proxy = DelayProxy->start($redis->port, 0.5);
 my $node = RedisLockTest->new_node('wake', $redis);
-my $proxy_port = $proxy->port;
-$node->safe_psql(
-	'postgres', qq{
-	CREATE SERVER slow FOREIGN DATA WRAPPER redislock
-		OPTIONS (host '127.0.0.1', port '$proxy_port');
-	GRANT USAGE ON FOREIGN SERVER slow TO PUBLIC;
-});
+add_server($node, 'slow', $proxy->port);
 
 # The Redis clients subscribed to a channel (sharded or not)
 sub subscribers

@@ -20,8 +20,8 @@ use Test::More;
 use Time::HiRes qw(usleep);
 use RedisLockTest qw(session_query start_query finish_query wait_for_stderr
   wait_until);
-use WakeTest qw(new_session pid_of waits start_timed_wait release_at
-  granted_after hand_off median);
+use WakeTest qw(add_server new_session pid_of waits start_timed_wait
+  release_at granted_after hand_off median);
 
 my $redis = RedisLockTest->start_redis();
 my $preload = "shared_preload_libraries = 'redislock'\n"
@@ -32,12 +32,7 @@ my $port = $redis->port;
 
 # A second server on B for the same Redis: its waiters queue in Redis, not
 # behind B's own waiters for the same key on server redislock
-$node_b->safe_psql(
-	'postgres', qq{
-	CREATE SERVER twin FOREIGN DATA WRAPPER redislock
-		OPTIONS (host '127.0.0.1', port '$port');
-	GRANT USAGE ON FOREIGN SERVER twin TO PUBLIC;
-});
+add_server($node_b, 'twin', $port);
 
 # The CLIENT LIST lines of the Redis clients subscribed to a channel
 sub subscribed
@@ -257,12 +252,7 @@ $_->quit for @waiters;
 # publishes keyspace events
 is($redis->cli('CONFIG', 'SET', 'notify-keyspace-events', 'Kgx'), 'OK',
 	'keyspace events for generic commands and expiries');
-$node_b->safe_psql(
-	'postgres', qq{
-	CREATE SERVER events FOREIGN DATA WRAPPER redislock
-		OPTIONS (host '127.0.0.1', port '$port');
-	GRANT USAGE ON FOREIGN SERVER events TO PUBLIC;
-});
+add_server($node_b, 'events', $port);
 
 # How many clients listen to the keyspace channel of $key
 sub keyspace_listeners
