@@ -2,7 +2,7 @@ EXTENSION = redislock
 EXTVERSION = 1.3
 
 MODULE_big = redislock
-OBJS = src/redislock.o src/resp.o src/node.o src/addressbook.o src/call.o \
+OBJS = src/redislock.o src/compat.o src/resp.o src/node.o src/addressbook.o src/call.o \
 	src/batch.o src/cleanup.o src/connection.o src/registry.o src/topology.o \
 	src/cluster.o src/sentinel.o src/redlock.o src/args.o src/keys.o \
 	src/scripts.o src/option.o src/lock.o src/stock.o src/decisions.o \

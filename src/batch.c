@@ -1037,7 +1037,7 @@ pause_before_retry(RedisDeadline deadline, int elevel)
 	if (left <= TRYAGAIN_PAUSE_MS)
 		return false;
 	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 TRYAGAIN_PAUSE_MS, redislock_wait_event);
+					 TRYAGAIN_PAUSE_MS, redislock_wait_event());
 	ResetLatch(MyLatch);
 	if (elevel >= ERROR)
 		CHECK_FOR_INTERRUPTS();

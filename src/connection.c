@@ -288,12 +288,8 @@ check_server_usage(Oid serverid, const char *servername)
 
 	if (usage_granted(serverid, GetUserId()))
 		return;
-#if PG_VERSION_NUM >= 160000
 	aclresult = object_aclcheck(ForeignServerRelationId, serverid,
 								GetUserId(), ACL_USAGE);
-#else
-	aclresult = pg_foreign_server_aclcheck(serverid, GetUserId(), ACL_USAGE);
-#endif
 	if (aclresult != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -251,6 +251,6 @@ stock_decision_set_gone_since(Relation rel, const StockDecision *row,
 	replace[Anum_decisions_gone_since - 1] = true;
 	tuple = heap_modify_tuple(row->tuple, RelationGetDescr(rel), values,
 							  nulls, replace);
-	simple_heap_update(rel, &row->tuple->t_self, tuple);
+	compat_heap_update(rel, &row->tuple->t_self, tuple);
 	heap_freetuple(tuple);
 }

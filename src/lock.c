@@ -19,7 +19,6 @@
 
 #include "access/xact.h"
 #include "common/hashfn.h"
-#include "common/pg_prng.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -896,7 +895,7 @@ sleep_before_retry(int hears, const Refusal *refusal, int *delay_ms)
 	else
 	{
 		sleep_ms = *delay_ms / 2 +
-			(long) (pg_prng_double(&pg_global_prng_state) * (*delay_ms / 2 + 1));
+			(long) (compat_random_fraction() * (*delay_ms / 2 + 1));
 		*delay_ms = Min(*delay_ms * 2, WAIT_MAX_DELAY_MS);
 	}
 	if (refusal->lease_ms >= 0)
@@ -956,7 +955,7 @@ ask_worker_to_listen(HeldLock *lock, RedisDeadline deadline)
 		if (left_ms <= 0 || redislock_worker_pid(MyDatabaseId) != worker)
 			break;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 left_ms, redislock_wait_event);
+						 left_ms, redislock_wait_event());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -1028,7 +1027,7 @@ wait_for_release(HeldLock *lock, long timeout_ms, bool holder_announces)
 	{
 		int			events = WaitLatch(MyLatch,
 									   WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-									   timeout_ms, redislock_wait_event);
+									   timeout_ms, redislock_wait_event());
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();

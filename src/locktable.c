@@ -319,7 +319,7 @@ fill_entry(RedisLockEntry *entry, RedisConn *conn, const char *rkey,
 		   int rkeylen, uint32 keyhash, const RedisLockState *state)
 {
 	entry->pid = MyProcPid;
-	entry->procno = MyProc->pgprocno;
+	entry->procno = MyProcNumber;
 	entry->dbid = MyDatabaseId;
 	entry->roleid = GetSessionUserId();
 	entry->userid = conn->userid;
@@ -479,7 +479,7 @@ locktable_wait_turn(LockTableRef ref, long timeout_ms)
 		return false;
 	if (timeout_ms > 0)
 		events |= WL_TIMEOUT;
-	(void) WaitLatch(MyLatch, events, timeout_ms, redislock_wait_event);
+	(void) WaitLatch(MyLatch, events, timeout_ms, redislock_wait_event());
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 	return false;

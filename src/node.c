@@ -51,7 +51,6 @@
 #include "storage/ipc.h"
 #include "storage/pmsignal.h"
 #include "utils/memutils.h"
-#include "utils/wait_event.h"
 
 #include "topology.h"
 
@@ -113,14 +112,15 @@ serve_interrupts(int elevel)
 
 /*
  * A wait set with room for nsockets sockets, watching the latch and, under
- * a postmaster, its death.  A single-user backend has no postmaster to
+ * a postmaster, its death; a kept one lives across transactions until it
+ * is freed (compat_wait_set()).  A single-user backend has no postmaster to
  * watch: AddWaitEventToSet() would fail there, where WaitLatch() just
  * leaves the event out.
  */
 WaitEventSet *
-node_wait_set_create(MemoryContext context, int nsockets)
+node_wait_set_create(bool kept, int nsockets)
 {
-	WaitEventSet *set = CreateWaitEventSet(context, nsockets + 2);
+	WaitEventSet *set = compat_wait_set(kept, nsockets + 2);
 
 	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	if (IsUnderPostmaster)
@@ -196,8 +196,7 @@ wait_set_for(RedisNode **nodes, int nnodes, bool *made_here)
 		shared_wait.set = NULL;
 		shared_wait.nnodes = 0;
 	}
-	set = node_wait_set_create(keep ? TopMemoryContext : CurrentMemoryContext,
-							   nnodes);
+	set = node_wait_set_create(keep, nnodes);
 	for (i = 0; i < nnodes; i++)
 	{
 		uint32		wanted;
@@ -262,7 +261,7 @@ read_waiting(RedisNode *node, TimestampTz deadline, int elevel)
 			return -1;
 		if (ms_until(deadline) <= RECEIVE_SLICE_MS)
 			return 0;
-		pgstat_report_wait_start(redislock_wait_event);
+		pgstat_report_wait_start(redislock_wait_event());
 		ok = receive_from(node, 0, &closed, &got);
 		pgstat_report_wait_end();
 		if (ok && !got)
@@ -340,7 +339,7 @@ node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 					made = set;
 			}
 			nevents = WaitEventSetWait(set, timeout, events, lengthof(events),
-									   redislock_wait_event);
+									   redislock_wait_event());
 			for (i = 0; i < nevents; i++)
 			{
 				if (events[i].events & WL_LATCH_SET)
@@ -402,7 +401,7 @@ wait_connected(WaitEventSet *set, TimestampTz deadline, int elevel)
 		if (timeout <= 0)
 			return false;
 		if (WaitEventSetWait(set, timeout, &event, 1,
-							 redislock_wait_event) == 0)
+							 redislock_wait_event()) == 0)
 			continue;
 		if (event.events & WL_SOCKET_CONNECTED)
 			return true;
@@ -532,7 +531,7 @@ connect_address(RedisNode *node, const struct sockaddr *addr,
 
 	PG_TRY();
 	{
-		set = node_wait_set_create(TopMemoryContext, 1);
+		set = node_wait_set_create(true, 1);
 		sock = start_connect(addr, addrlen, err);
 		if (sock != PGINVALID_SOCKET)
 		{

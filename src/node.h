@@ -17,6 +17,8 @@
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
+
 
 struct redisReader;
 struct redisReply;
@@ -37,8 +39,6 @@ extern int	redislock_max_locks;
 /* Loaded by shared_preload_libraries: shared memory is there */
 extern bool redislock_preloaded;
 
-/* Wait event reported while waiting for a lock or for Redis */
-extern uint32 redislock_wait_event;
 
 
 /* The addresses of a host name that a node or the address book keeps */
@@ -120,8 +120,7 @@ extern bool node_take_replies(RedisNode *node,
 							  void (*take) (void *arg,
 											const struct redisReply *reply),
 							  void *arg);
-extern WaitEventSet *node_wait_set_create(MemoryContext context,
-										  int nsockets);
+extern WaitEventSet *node_wait_set_create(bool kept, int nsockets);
 extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 					  TimestampTz deadline, int elevel);
 
@@ -205,8 +204,9 @@ extern void redis_call_int_arg(RedisCall *call, int64 value);
 extern void redis_call_on_node(RedisCall *call, RedisNode *node);
 extern void redis_call_wait_replicas(RedisCall *wait, RedisCall *after);
 extern bool redis_replicas_acknowledged(const RedisCall *wait);
-extern void redis_report_replicas(const RedisCall *wait, const char *key,
-								  const char *undone) pg_attribute_noreturn();
+pg_noreturn extern void redis_report_replicas(const RedisCall *wait,
+											  const char *key,
+											  const char *undone);
 extern RedisDeadline redis_command_deadline(void);
 extern void redis_connect(struct RedisConn *conn, const char *key, int keylen,
 						  int slot);

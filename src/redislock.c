@@ -13,7 +13,6 @@
 #include "storage/ipc.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/wait_event.h"
 
 #include "redislock.h"
 #include "worker.h"
@@ -31,7 +30,6 @@ int			redislock_purge_delay = 60000;
 int			redislock_max_locks = 4096;
 bool		redislock_preloaded = false;
 
-uint32		redislock_wait_event = PG_WAIT_EXTENSION;
 
 void		_PG_init(void);
 
@@ -125,22 +123,16 @@ define_settings(void)
 	MarkGUCPrefixReserved("redislock");
 }
 
-#if PG_VERSION_NUM >= 150000
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /*
- * Ask for the shared memory of the lock table, the counters and the
- * address book
+ * Ask for the shared memory of the lock table, the counters, the address
+ * book and the workers' table
  */
 static void
 request_shmem(void)
 {
-#if PG_VERSION_NUM >= 150000
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-#endif
+	worker_shmem_request();
 	locktable_shmem_request();
 	stats_shmem_request();
 	addressbook_shmem_request();
@@ -151,6 +143,7 @@ startup_shmem(void)
 {
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
+	worker_shmem_startup();
 	locktable_shmem_startup();
 	stats_shmem_startup();
 	addressbook_shmem_startup();
@@ -178,12 +171,7 @@ init_shared_memory(void)
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	redislock_preloaded = true;
-#if PG_VERSION_NUM >= 150000
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = request_shmem;
-#else
-	request_shmem();
-#endif
+	compat_request_shmem(request_shmem);
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = startup_shmem;
 }
@@ -198,9 +186,6 @@ _PG_init(void)
 		redislock_init_worker();
 	}
 	define_settings();
-#if PG_VERSION_NUM >= 170000
-	redislock_wait_event = WaitEventExtensionNew("RedisLock");
-#endif
 	redislock_init_connections();
 	redislock_init_xact();
 }

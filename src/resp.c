@@ -66,7 +66,7 @@ resp_append_call(StringInfo buf, const RedisCall *call)
 			append_resp_bulk(buf, "EVALSHA", 7);
 			append_resp_bulk(buf, call->script->sha1, 40);
 		}
-		append_resp_bulk(buf, nkeys, pg_ltoa(call->nkeys, nkeys));
+		append_resp_bulk(buf, nkeys, compat_ltoa(call->nkeys, nkeys));
 	}
 	for (i = 0; i < call->argc; i++)
 	{
@@ -74,7 +74,7 @@ resp_append_call(StringInfo buf, const RedisCall *call)
 		{
 			char		intarg[MAXINT8LEN + 1];
 
-			append_resp_bulk(buf, intarg, pg_lltoa(call->intarg, intarg));
+			append_resp_bulk(buf, intarg, compat_lltoa(call->intarg, intarg));
 		}
 		else
 			append_resp_bulk(buf, call->argv[i], call->argvlen[i]);

@@ -11,8 +11,6 @@
  */
 #include "postgres.h"
 
-#include "common/cryptohash.h"
-#include "common/sha1.h"
 
 #include "redislock.h"
 
@@ -413,20 +411,11 @@ RedisScript stock_set_script = {
 static void
 compute_sha1(RedisScript *script)
 {
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
-	uint8		digest[SHA1_DIGEST_LENGTH];
+	uint8		digest[COMPAT_SHA1_LENGTH];
 	int			i;
 
-	if (ctx == NULL ||
-		pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) script->body,
-							 strlen(script->body)) < 0 ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-		elog(ERROR, "could not compute SHA-1 of Redis script \"%s\"",
-			 script->name);
-	pg_cryptohash_free(ctx);
-
-	for (i = 0; i < SHA1_DIGEST_LENGTH; i++)
+	compat_sha1(script->body, strlen(script->body), digest);
+	for (i = 0; i < COMPAT_SHA1_LENGTH; i++)
 		snprintf(script->sha1 + i * 2, 3, "%02x", digest[i]);
 }
 

@@ -358,11 +358,7 @@ validated_buyer(FunctionCallInfo fcinfo, int argno)
 TimeLineID
 stock_current_timeline(void)
 {
-#if PG_VERSION_NUM >= 150000
 	return GetWALInsertionTimeLine();
-#else
-	return ThisTimeLineID;
-#endif
 }
 
 /*

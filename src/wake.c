@@ -633,7 +633,7 @@ wake_wait_set(RedisConn *conn, bool *made, WakeNode **only_out)
 		}
 		return node->waitset;
 	}
-	set = node_wait_set_create(CurrentMemoryContext, n);
+	set = node_wait_set_create(false, n);
 	foreach(lc, conn->wake_nodes)
 	{
 		WakeNode   *wn = (WakeNode *) lfirst(lc);
@@ -694,12 +694,12 @@ wake_wait(RedisConn *conn, long timeout_ms, bool holder_announces)
 			if (set == NULL)
 				nevents = (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT |
 									 WL_EXIT_ON_PM_DEATH, left,
-									 redislock_wait_event) & WL_LATCH_SET) ?
+									 redislock_wait_event()) & WL_LATCH_SET) ?
 					-1 : 0;
 			else
 				nevents = WaitEventSetWait(set, left, events,
 										   lengthof(events),
-										   redislock_wait_event);
+										   redislock_wait_event());
 			for (i = 0; i < nevents; i++)
 			{
 				if (events[i].events & WL_LATCH_SET)

@@ -162,11 +162,6 @@ typedef struct PendingRecovery
 
 static WorkerState *state = NULL;
 
-#if PG_VERSION_NUM >= 150000
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
 /*
  * The launcher's starts of workers, per slot, and of the recovery worker,
  * until they stopped; and its queue of recoveries, PendingRecovery *
@@ -185,13 +180,10 @@ worker_state_size(void)
 					mul_size(redislock_max_workers, sizeof(WorkerSlot)));
 }
 
-static void
+/* Ask for the workers' table (see redislock.c's hook) */
+void
 worker_shmem_request(void)
 {
-#if PG_VERSION_NUM >= 150000
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(worker_state_size());
 }
 
@@ -201,13 +193,10 @@ worker_shmem_request(void)
  * postmaster makes all shared memory anew and comes here again, so that
  * nothing from before the crash survives.
  */
-static void
+void
 worker_shmem_startup(void)
 {
 	bool		found;
-
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	state = ShmemInitStruct("redislock worker", worker_state_size(), &found);
@@ -243,7 +232,7 @@ define_worker(BackgroundWorker *worker, const char *function, const char *type)
 }
 
 /*
- * Register the launcher and ask for the shared table; called from _PG_init
+ * Register the launcher; called from _PG_init
  * while shared_preload_libraries is processed.  The launcher is restarted
  * when it fails, and, as every process, after a crash.
  */
@@ -263,15 +252,6 @@ redislock_init_worker(void)
 	define_worker(&launcher, "redislock_launcher_main", "redislock launcher");
 	launcher.bgw_restart_time = LAUNCHER_RESTART_S;
 	RegisterBackgroundWorker(&launcher);
-
-#if PG_VERSION_NUM >= 150000
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = worker_shmem_request;
-#else
-	worker_shmem_request();
-#endif
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = worker_shmem_startup;
 }
 
 /* The slot of dboid, or a free one for InvalidOid; the mutex is held */
@@ -922,7 +902,7 @@ redislock_launcher_main(Datum main_arg)
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
 						 (timeout >= 0 ? WL_TIMEOUT : 0),
-						 timeout, redislock_wait_event);
+						 timeout, redislock_wait_event());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -1222,14 +1202,13 @@ sleep_as_planned(const WorkerPlan *plan)
 		wake = Min(wake, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													 WAKE_MAX_SLEEP_MS));
 	timeout_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), wake);
-	set = CreateWaitEventSet(CurrentMemoryContext,
-							 2 + (plan->waking ? waker_nsockets() : 0));
+	set = compat_wait_set(false, 2 + (plan->waking ? waker_nsockets() : 0));
 	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	if (plan->waking)
 		waker_add_sockets(set);
 	(void) WaitEventSetWait(set, Max(timeout_ms, 1), &event, 1,
-							redislock_wait_event);
+							redislock_wait_event());
 	FreeWaitEventSet(set);
 	ResetLatch(MyLatch);
 }

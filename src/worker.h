@@ -26,6 +26,8 @@
 extern int	redislock_max_workers;
 
 extern void redislock_init_worker(void);
+extern void worker_shmem_request(void);
+extern void worker_shmem_startup(void);
 extern bool redislock_request_worker(Oid dboid, uint32 work);
 extern void redislock_request_renewal(TimestampTz due);
 extern int	redislock_worker_pid(Oid dboid);

@@ -106,13 +106,16 @@ rl_check_installed() {
 }
 
 # rl_copy_tree DIR: copy the repository into DIR (made if missing), leaving
-# out git metadata and earlier test output.
+# out git metadata, earlier test output and build products (which may be
+# of another PostgreSQL version).
 rl_copy_tree() {
 	mkdir -p "$1"
 	tar -C "$RL_ROOT" -cf - \
 		--exclude=./.git --exclude=./results --exclude=./output_iso \
 		--exclude=./tmp_check --exclude=./log \
 		--exclude=./regression.diffs --exclude=./regression.out \
+		--exclude='*.o' --exclude='*.bc' --exclude='*.so' \
+		--exclude=./exports.map \
 		. | tar -C "$1" -xf -
 }
 
