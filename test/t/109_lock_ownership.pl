@@ -114,16 +114,18 @@ like($err, qr/ERROR:\s+40001: Redis lock "late2" on server "slow" was lost befor
 	'a check before commit that came after the 500 ms lease aborts the commit');
 session_query($s, 'RESET redislock.server; RESET redislock.command_timeout');
 
-# --- parallel workers
+# --- parallel workers (force_parallel_mode is debug_parallel_query from 16 on)
+my $force_parallel = $node->safe_psql('postgres', 'SHOW server_version_num') >= 160000
+  ? 'debug_parallel_query' : 'force_parallel_mode';
 session_query($s,
-	'SET force_parallel_mode = on; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0');
+	"SET $force_parallel = on; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0");
 ($out, $err) = session_query($s, "EXPLAIN (COSTS OFF) SELECT safe_wrapper('par')");
 like($out, qr/Gather/, 'the PARALLEL SAFE wrapper runs under Gather');
 ($out, $err) = session_query($s, "SELECT safe_wrapper('par')");
 like($err, qr/ERROR:\s+25000: cannot use Redis locks or stock in a parallel worker/,
 	'in a parallel worker, a Redis lock is refused with 25000');
 is($redis->cli('EXISTS', 'par'), '0', 'and nothing is left in Redis');
-session_query($s, 'RESET force_parallel_mode');
+session_query($s, "RESET $force_parallel");
 RedisLockTest::works($s, "SELECT safe_wrapper('par')", 't',
 	'the same wrapper works in the leader');
 session_query($s, "SELECT redis_lock_release('par')");
