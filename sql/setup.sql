@@ -1,11 +1,7 @@
 -- Create the extension and point its server at the test Redis, which
 -- REDIS_HOST (default 127.0.0.1) and REDIS_PORT name.
-\getenv redis_host REDIS_HOST
-\if :{?redis_host}
-\else
-\set redis_host 127.0.0.1
-\endif
-\getenv redis_port REDIS_PORT
+\set redis_host `echo "${REDIS_HOST:-127.0.0.1}"`
+\set redis_port `echo "$REDIS_PORT"`
 CREATE EXTENSION redislock;
 ALTER SERVER redislock OPTIONS (SET host :'redis_host', SET port :'redis_port');
 
