@@ -507,17 +507,24 @@ sub node_with_server
 
 =pod
 
-=head2 session($node)
+=head2 session($node, $connstr)
 
 A background psql session on database C<postgres> that goes on after
-errors and shows them in verbose form (with their SQLSTATE).
+errors and shows them in verbose form (with their SQLSTATE).  C<$connstr>,
+if given, is where psql connects instead, such as a connection pooler in
+front of the node.
 
 =cut
 
 sub session
 {
-	my ($node) = @_;
-	my $session = $node->background_psql('postgres', on_error_stop => 0, timeout => 120);
+	my ($node, $connstr) = @_;
+	# psql takes the last -d it is given
+	my $session = $node->background_psql(
+		'postgres',
+		on_error_stop => 0,
+		timeout       => 120,
+		extra_params  => defined $connstr ? [ '-d', $connstr ] : []);
 	$session->set_query_timer_restart;
 	session_query($session, '\set VERBOSITY verbose');
 	return $session;
