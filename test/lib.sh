@@ -43,12 +43,19 @@ rl_find_pg_config() {
 
 # Locate the PostgreSQL installation and export the variables the servers
 # and test programs need: PG_CONFIG, RL_PG_BINDIR (also put first in PATH)
-# and RL_RUN_USER.
+# and RL_RUN_USER.  REDISLOCK_REDIS_BINDIR, when set, names a directory with
+# the Redis-compatible server to test with (redis-server, redis-cli and
+# redis-sentinel, or links by those names to Valkey's), put first in PATH.
 rl_init_env() {
 	PG_CONFIG=$(rl_find_pg_config)
 	RL_PG_BINDIR=$("$PG_CONFIG" --bindir)
 	export PG_CONFIG RL_PG_BINDIR
 	export PATH="$RL_PG_BINDIR:$PATH"
+	if [[ -n ${REDISLOCK_REDIS_BINDIR:-} ]]; then
+		[[ -x $REDISLOCK_REDIS_BINDIR/redis-server ]] ||
+			rl_die "REDISLOCK_REDIS_BINDIR=$REDISLOCK_REDIS_BINDIR has no redis-server"
+		export PATH="$REDISLOCK_REDIS_BINDIR:$PATH"
+	fi
 
 	command -v redis-server >/dev/null || rl_die "redis-server not found: install redis-server (scripts/setup does)"
 	command -v redis-cli >/dev/null || rl_die "redis-cli not found: install redis-tools (scripts/setup does)"

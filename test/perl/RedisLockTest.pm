@@ -49,7 +49,7 @@ use Time::HiRes qw(gettimeofday tv_interval usleep);
 
 our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
   wait_until backend_gone key_slot session works node_with_server
-  foreign_attempts);
+  foreign_attempts crash_restart);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -689,6 +689,29 @@ sub backend_gone
 			(session_query($session,
 				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid"))[0] eq '0';
 		});
+}
+
+=pod
+
+=head2 crash_restart($node, $pid)
+
+Kills process C<$pid> of C<$node> with SIGKILL, which makes the postmaster
+restart every process, and waits at most 60 seconds for the server to
+accept connections again after that restart (not before it, as a query
+that came first might).  Returns true once it does.
+
+=cut
+
+sub crash_restart
+{
+	my ($node, $pid) = @_;
+	my $offset = -s $node->logfile;
+	kill 'KILL', $pid;
+	return defined wait_until(60,
+		sub {
+			slurp_file($node->logfile, $offset) =~
+			  /all server processes terminated; reinitializing.*database system is ready to accept connections/s;
+		}) && $node->poll_query_until('postgres', 'SELECT true');
 }
 
 =pod

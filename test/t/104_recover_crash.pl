@@ -14,7 +14,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use RedisLockTest qw(session_query wait_until);
+use RedisLockTest qw(session_query wait_until crash_restart);
 
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('recover', $redis, conf => 'restart_after_crash = on');
@@ -72,8 +72,7 @@ is($left, '97', 'and an uncommitted one');
 ok(defined wait_until(10, sub { recorded_xids('a') eq $xid }),
 	'whose record names its transaction, the committed one\'s cleared');
 
-kill 'KILL', $pid;
-ok($node->poll_query_until('postgres', 'SELECT true'), 'the server restarted after the crash');
+ok(crash_restart($node, $pid), 'the server restarted after the crash');
 $sk->quit;
 is($redis->command('GET', 'a'), '97', 'nothing gave the units back');
 is(recover(), "a|$xid|2|u1|aborted", 'recover finds the killed transaction\'s decrement aborted');

@@ -28,7 +28,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use RedisCluster;
 use RedisClusterTest qw(new_cluster_node session works user_key_on);
-use RedisLockTest qw(session_query start_query finish_query wait_until key_slot);
+use RedisLockTest qw(session_query start_query finish_query wait_until key_slot crash_restart);
 
 my $t0 = time;
 my $cluster = RedisCluster->start_cluster(
@@ -309,8 +309,7 @@ my $sk = $node->background_psql('postgres', on_error_stop => 0, timeout => 60);
 my ($xid, $pid) = split /\|/, (split /\n/, $out)[3];
 is("$err" . join(' ', (split /\n/, $out)[ 0 .. 2 ]), '6 6 6',
 	'a backend decrements on each master in an open transaction');
-kill 'KILL', $pid;
-ok($node->poll_query_until('postgres', 'SELECT true'), 'the server restarted after the crash');
+ok(crash_restart($node, $pid), 'the server restarted after the crash');
 $_->quit foreach ($s, $s2, $sk);
 is(join(' ', map { $cluster->command($masters[$_], 'GET', "shop:$items[$_]") } 0 .. 2),
 	'6 6 6', 'nothing gave the units back');

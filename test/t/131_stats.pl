@@ -12,7 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RedisLockTest qw(session_query start_query finish_query wait_until
-  session works);
+  session works crash_restart);
 
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('stats', $redis,
@@ -134,9 +134,7 @@ works(
 my (undef, undef, $pid) = split /\|/, $out;
 works($viewer, 'SELECT redis_lock_acquire_session(\'v\', 60000)', 't',
 	'another backend holds a lock too');
-kill 'KILL', $pid;
-ok($node->poll_query_until('postgres', 'SELECT true'),
-	'the server restarted after a backend was killed');
+ok(crash_restart($node, $pid), 'the server restarted after a backend was killed');
 $s1->quit;
 $s2->quit;
 $viewer->quit;

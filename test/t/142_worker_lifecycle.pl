@@ -16,7 +16,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
-use RedisLockTest qw(session_query wait_until);
+use RedisLockTest qw(session_query wait_until crash_restart);
 
 my $redis   = RedisLockTest->start_redis();
 my $stalled = RedisLockTest->start_redis();
@@ -71,9 +71,7 @@ $node->safe_psql('postgres', "SELECT redis_stock_set('a', 10)");
 my $s = $node->background_psql('postgres', on_error_stop => 0, timeout => 60);
 my ($out, $err) = session_query($s, "BEGIN; SELECT redis_stock_decr('a', 3)");
 is("$out$err", '7', 'an open decrement');
-kill 'KILL', $launcher;
-ok($node->poll_query_until('postgres', 'SELECT true'),
-	'after a SIGKILL of the launcher, the server restarts');
+ok(crash_restart($node, $launcher), 'after a SIGKILL of the launcher, the server restarts');
 $s->quit;
 $launcher = new_pid_of('redislock launcher', undef, $launcher, 15);
 isnt($launcher, '', 'and so does the launcher');
@@ -104,9 +102,7 @@ ok(defined $secs && $secs < 1,
 $recovery = new_pid_of('redislock recovery', 'stuck', $recovery, 15);
 isnt($recovery, '', 'and is started again, its work not done');
 
-kill 'KILL', $recovery;
-ok($node->poll_query_until('postgres', 'SELECT true'),
-	'after a SIGKILL of a recovery worker, the server restarts');
+ok(crash_restart($node, $recovery), 'after a SIGKILL of a recovery worker, the server restarts');
 $recovery = new_pid_of('redislock recovery', 'stuck', $recovery, 15);
 isnt($recovery, '', 'and the recovery worker is back');
 

@@ -23,7 +23,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 use DelayProxy;
-use RedisLockTest qw(session_query start_query finish_query wait_until);
+use RedisLockTest qw(session_query start_query finish_query wait_until crash_restart);
 
 my $redis = RedisLockTest->start_redis();
 my $slow = DelayProxy->start($redis->port, 0.5);
@@ -174,9 +174,7 @@ start_query($w, "BEGIN; SELECT redis_stock_decr('u', 2, 'lost')");
 ok(defined wait_until(10, sub { record_ids('u') ne '' }),
 	'a decrement-only transaction reaches Redis, its reply held back');
 my $lost = (split /:/, record_ids('u'))[-2];
-kill 'KILL', $pid;
-ok($node->poll_query_until('postgres', 'SELECT true'),
-	'a crash ends it before any WAL of it');
+ok(crash_restart($node, $pid), 'a crash ends it before any WAL of it');
 # psql has left with its connection; quit only reaps it
 eval { $w->quit };
 is($redis->command('GET', 'u'), '98', 'its units are taken');
