@@ -143,10 +143,13 @@ LANGUAGE C VOLATILE PARALLEL RESTRICTED STRICT;
 
 -- The nodes this backend knows of a server: a single server's one; a Redis
 -- Cluster's masters, with the slots each serves, and replicas; a Sentinel
--- server's Sentinels and master; a Redlock server's masters.
+-- server's Sentinels and master; a Redlock server's masters.  Each with
+-- the name and version of the server software that it gave when the
+-- backend last connected ("redis" or "valkey").
 CREATE FUNCTION redis_server_nodes(server name DEFAULT NULL,
                                    OUT endpoint text, OUT role text,
-                                   OUT slots text, OUT connected boolean)
+                                   OUT slots text, OUT connected boolean,
+                                   OUT software text, OUT version text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redis_server_nodes'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED ROWS 6;

@@ -358,17 +358,19 @@ send_run(NodeRun *run)
 }
 
 /*
- * Authenticate and select the database, pipelined in one round trip under
- * the connect deadline.  Returns false (after reporting at elevel and
- * closing the connection) when that fails or Redis refuses.
+ * Authenticate, select the database and ask the server what it is (HELLO),
+ * pipelined in one round trip under the connect deadline.  Returns false
+ * (after reporting at elevel and closing the connection) when that fails
+ * or Redis refuses the first two.
  */
 static bool
 handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 {
 	RedisConn  *conn = node->conn;
-	RedisCall	calls[2];
-	RedisCall  *pcalls[2];
+	RedisCall	calls[3];
+	RedisCall  *pcalls[3];
 	RedisCall  *auth = NULL;
+	RedisCall  *hello;
 	NodeRun		run = {0};
 	int			ncalls = 0;
 	int			i;
@@ -393,14 +395,12 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 		redis_call_int_arg(&calls[ncalls], conn->database);
 		ncalls++;
 	}
-	if (ncalls == 0)
-		return true;
-
 	for (i = 0; i < ncalls; i++)
-	{
 		redis_call_on_node(&calls[i], node);
+	hello = &calls[ncalls++];
+	redis_hello_call(hello, node);
+	for (i = 0; i < ncalls; i++)
 		pcalls[i] = &calls[i];
-	}
 	run.node = node;
 	run.wanted = pcalls;
 	run.nwanted = ncalls;
@@ -421,7 +421,7 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("could not connect to Redis server \"%s\"",
 							conn->servername),
-					 errdetail("Connection to %s failed: authentication did not finish within %d ms.",
+					 errdetail("Connection to %s failed: the handshake (HELLO, and AUTH or SELECT if any) did not finish within %d ms.",
 							   node->endpoint, deadline.ms),
 					 errhint("Raise redislock.connect_timeout if Redis is only slow.")));
 		else
@@ -431,7 +431,7 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 
 	for (i = 0; i < ncalls; i++)
 	{
-		if (calls[i].reply_type != REDIS_REPLY_ERROR)
+		if (calls[i].reply_type != REDIS_REPLY_ERROR || &calls[i] == hello)
 			continue;
 		node_disconnect(node);
 		node_set_connect_error(node, psprintf("refused: %s", calls[i].str));

@@ -173,6 +173,18 @@ is_not_run_reply(const RedisCall *call)
 		redis_reply_is_error(call, "TRYAGAIN");
 }
 
+/*
+ * Did the server refuse a script because it runs none?  Valkey 9.1 runs Lua
+ * as a module that may be left out, and an operator may rename EVALSHA
+ * away: either way the command is unknown there.
+ */
+static bool
+is_no_scripting_reply(const RedisCall *call)
+{
+	return call->script != NULL && redis_reply_is_error(call, "ERR") &&
+		strncmp(call->str, "ERR unknown command", 19) == 0;
+}
+
 /* The SQLSTATE a PostgreSQL user would expect for a Redis error reply */
 int
 redis_error_sqlstate(const RedisCall *call)
@@ -193,6 +205,8 @@ redis_error_sqlstate(const RedisCall *call)
 
 	if (redis_reply_is_unavailable(call) || is_not_run_reply(call))
 		return ERRCODE_CONNECTION_FAILURE;
+	if (is_no_scripting_reply(call))
+		return ERRCODE_FEATURE_NOT_SUPPORTED;
 	for (i = 0; i < lengthof(codes); i++)
 		if (redis_reply_is_error(call, codes[i].code))
 			return codes[i].sqlstate;
@@ -206,6 +220,11 @@ redis_error_hint(const RedisCall *call)
 	if (redis_reply_is_error(call, "NOAUTH"))
 		return errhint("Give the password in a user mapping: CREATE USER MAPPING FOR CURRENT_USER SERVER %s OPTIONS (password '...').",
 					   quote_identifier(call->conn->servername));
+	if (is_no_scripting_reply(call))
+		return errhint("redislock runs its operations as Lua scripts (EVALSHA, SCRIPT LOAD): the server at %s must run Lua scripts (on Valkey 9.1 and later, with its Lua engine loaded).",
+					   call->node->endpoint);
+	if (redis_reply_is_error(call, "NOPERM") && call->script != NULL)
+		return errhint("The Redis ACL user of the user mapping may not run scripts: redislock needs EVALSHA and SCRIPT LOAD (ACL category @scripting) and the commands its scripts run.");
 	if (redis_reply_is_error(call, "NOPERM"))
 		return errhint("The Redis ACL user of the user mapping lacks a permission this call needs.");
 	if (redis_reply_is_error(call, "BUSY"))
@@ -270,6 +289,55 @@ copy_array_strings(RedisCall *call, const redisReply *reply)
 			call->elements[call->nelements++] =
 				element->str ? pnstrdup(element->str, element->len) : NULL;
 	}
+}
+
+/*
+ * Keep what a HELLO reply says the node is, a server's name and version,
+ * in TopMemoryContext: its pairs of names and values come as an array.
+ */
+static void
+note_hello(RedisCall *call, const redisReply *reply)
+{
+	RedisNode  *node = call->node;
+	size_t		i;
+
+	call->reply_type = reply->type;
+	if (reply->type != REDIS_REPLY_ARRAY)
+		return;
+	for (i = 0; i + 1 < reply->elements; i += 2)
+	{
+		const redisReply *name = reply->element[i];
+		const redisReply *value = reply->element[i + 1];
+		char	  **field;
+
+		if (name->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
+			continue;
+		if (strcmp(name->str, "server") == 0)
+			field = &node->server_name;
+		else if (strcmp(name->str, "version") == 0)
+			field = &node->server_version;
+		else
+			continue;
+		if (*field != NULL)
+			pfree(*field);
+		*field = MemoryContextStrdup(TopMemoryContext, value->str);
+	}
+}
+
+/*
+ * A HELLO on node, asking for RESP2 (the protocol every other call speaks),
+ * that notes what the server says it is.  Servers older than Redis 6 do
+ * not know HELLO, and an ACL user may not be allowed it: its error replies
+ * are no failure of the handshake.
+ */
+void
+redis_hello_call(RedisCall *call, RedisNode *node)
+{
+	redis_call_init(call, node->conn, NULL);
+	redis_call_on_node(call, node);
+	redis_call_arg(call, "HELLO", 5);
+	redis_call_arg(call, "2", 1);
+	call->parse_reply = note_hello;
 }
 
 /* Keep what the caller needs of a reply, then let hiredis free it */

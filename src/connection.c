@@ -578,8 +578,9 @@ redis_disconnect_all(PG_FUNCTION_ARGS)
 /*
  * redis_server_nodes(server): the nodes this backend knows of a server
  * (that of redislock.server when NULL), as (endpoint, role, slots,
- * connected).  It shows what the backend last learned and asks Redis
- * nothing.
+ * connected, software, version).  It shows what the backend last learned
+ * and asks Redis nothing.  The function of 1.2 and before, which has no
+ * software and version, gets the columns it asks for.
  */
 Datum
 redis_server_nodes(PG_FUNCTION_ARGS)
@@ -605,8 +606,8 @@ redis_server_nodes(PG_FUNCTION_ARGS)
 		RedisNode  *node = conn->nodes[i];
 		char	   *slots = conn->topology->node_slots ?
 			conn->topology->node_slots(conn, i) : NULL;
-		Datum		values[4];
-		bool		nulls[4] = {false};
+		Datum		values[6];
+		bool		nulls[6] = {false};
 
 		values[0] = CStringGetTextDatum(node->endpoint);
 		values[1] = CStringGetTextDatum(node->role);
@@ -615,6 +616,12 @@ redis_server_nodes(PG_FUNCTION_ARGS)
 		else
 			nulls[2] = true;
 		values[3] = BoolGetDatum(node_is_connected(node));
+		nulls[4] = node->server_name == NULL;
+		if (!nulls[4])
+			values[4] = CStringGetTextDatum(node->server_name);
+		nulls[5] = node->server_version == NULL;
+		if (!nulls[5])
+			values[5] = CStringGetTextDatum(node->server_version);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;

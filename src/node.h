@@ -99,6 +99,9 @@ typedef struct RedisNode
 	bool		was_connected;	/* a connect now is a reconnect */
 	char	   *connect_error;	/* why the last connect failed, if it did */
 	int			connect_sqlstate;	/* and the SQLSTATE that says so */
+	char	   *server_name;	/* what HELLO said it is, "redis" or
+								 * "valkey", NULL if it said nothing */
+	char	   *server_version; /* and its version */
 } RedisNode;
 
 extern RedisNode *node_create(struct RedisConn *conn, const char *host,
@@ -232,6 +235,7 @@ extern bool redis_reply_is_error(const RedisCall *call, const char *code);
 extern bool redis_reply_is_unavailable(const RedisCall *call);
 extern int	redis_error_sqlstate(const RedisCall *call);
 extern int	redis_error_hint(const RedisCall *call);
+extern void redis_hello_call(RedisCall *call, RedisNode *node);
 extern void redis_call_take_reply(RedisCall *call, struct redisReply *reply);
 
 /* A set of calls that grows: those of a transaction end, for one */

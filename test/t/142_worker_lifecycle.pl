@@ -54,9 +54,12 @@ sub gone
 # --- the launcher in pg_stat_activity
 my $launcher = new_pid_of('redislock launcher', undef, '', 10);
 isnt($launcher, '', 'the launcher shows in pg_stat_activity with its backend_type');
+# PostgreSQL 17 names an extension's wait events
+my $wait_event = $node->safe_psql('postgres', 'SHOW server_version_num') >= 170000
+  ? 'RedisLock' : 'Extension';
 is( $node->safe_psql('postgres',
 		"SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = $launcher"),
-	'Extension|Extension', 'and waits as an extension');
+	"Extension|$wait_event", "and waits as an extension, in wait event $wait_event");
 
 # --- SIGTERM of the launcher
 kill 'TERM', $launcher;

@@ -153,6 +153,8 @@ $node->safe_psql('old', qq{
 });
 is($node->safe_psql('old', "SELECT redis_lock_acquire('old:k')"),
 	't', 'locks work under the objects of 1.2');
+is($node->safe_psql('old', "SELECT redis_lock_acquire('old:n'); SELECT role, connected FROM redis_server_nodes()"),
+	"t\nmaster|t", 'and redis_server_nodes() gives the columns of 1.2');
 ($ret, $stdout, $stderr) = $node->psql('old', "SELECT redis_stock_decr('sku', 1, 'gina')");
 like($stderr, qr/extension redislock needs an update to use Redis stock.*\n.*older than this library.*\n.*ALTER EXTENSION redislock UPDATE/,
 	'a decrement is refused with a hint to update');
