@@ -175,14 +175,26 @@ is_not_run_reply(const RedisCall *call)
 
 /*
  * Did the server refuse a script because it runs none?  Valkey 9.1 runs Lua
- * as a module that may be left out, and an operator may rename EVALSHA
- * away: either way the command is unknown there.
+ * as a module that may be left out or unloaded ("Could not find scripting
+ * engine"), and an operator may rename EVALSHA away ("unknown command").
  */
 static bool
 is_no_scripting_reply(const RedisCall *call)
 {
-	return call->script != NULL && redis_reply_is_error(call, "ERR") &&
-		strncmp(call->str, "ERR unknown command", 19) == 0;
+	static const char *const refusals[] = {
+		"ERR Could not find scripting engine",
+		"ERR unknown command 'EVALSHA'",
+		"ERR unknown command 'EVAL'",
+		"ERR unknown command 'SCRIPT'",
+	};
+	int			i;
+
+	if (!redis_reply_is_error(call, "ERR"))
+		return false;
+	for (i = 0; i < lengthof(refusals); i++)
+		if (pg_strncasecmp(call->str, refusals[i], strlen(refusals[i])) == 0)
+			return true;
+	return false;
 }
 
 /* The SQLSTATE a PostgreSQL user would expect for a Redis error reply */

@@ -14,6 +14,10 @@ RL_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # The account that servers and tests run as when the caller is root.
 RL_TEST_USER=redislock
 
+# PostgreSQL 15's TAP modules (Debian's postgresql-server-dev-15), which the
+# TAP tests of older versions run with.
+RL_PG15_TAP_MODULES=/usr/lib/postgresql/15/lib/pgxs/src/test/perl
+
 # Set by rl_make_workdir, rl_start_redis and rl_start_pg; rl_cleanup reads them.
 RL_WORK=
 RL_KEEP_WORK=0

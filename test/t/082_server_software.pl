@@ -8,7 +8,9 @@
 #   9.1 without its Lua engine answers the same) refuses a lock with
 #   0A000 and a hint that names scripting, and keeps no key;
 # - a user denied scripts by ACL gets 42501 and a hint that names
-#   @scripting.
+#   @scripting;
+# - on Valkey 9.1 and later, whose Lua engine is a module, a server whose
+#   module was unloaded refuses the same way (skipped elsewhere).
 use strict;
 use warnings;
 
@@ -63,6 +65,31 @@ $node->safe_psql('postgres', "CREATE SERVER plain FOREIGN DATA WRAPPER redislock
 like($stderr, qr/ERROR:  0A000: .*\n(?:.*\n)*HINT:  redislock runs its operations as Lua scripts/,
 	'a server that runs no scripts refuses a lock with 0A000 and a hint naming scripting');
 is($plain->command('EXISTS', 'p'), 0, 'and keeps no key');
+
+# Does MODULE LIST name a module "lua"?
+sub has_lua_module
+{
+	my ($redis) = @_;
+	my $modules = $redis->command('MODULE', 'LIST');
+	return ref $modules eq 'ARRAY'
+	  && grep { ref $_ eq 'ARRAY' && grep { defined && !ref && $_ eq 'lua' } @$_ } @$modules;
+}
+
+# Valkey 9.1 runs Lua as a module, which an operator may unload.
+my $engines = RedisLockTest->start_redis(args => [ '--enable-module-command', 'yes' ]);
+SKIP:
+{
+	skip 'the server has no Lua module to unload (Valkey 9.1 and later have)', 2
+	  unless has_lua_module($engines);
+	is($engines->command('MODULE', 'UNLOAD', 'lua'), 'OK', 'Valkey\'s Lua module is unloaded');
+	$node->safe_psql('postgres', "CREATE SERVER nolua FOREIGN DATA WRAPPER redislock OPTIONS (port '"
+		  . $engines->port . "')");
+	($ret, $stdout, $stderr) = $node->psql('postgres',
+		"SET redislock.server = nolua; SELECT redis_lock_acquire('p')",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($stderr, qr/ERROR:  0A000: .*\n(?:.*\n)*HINT:  redislock runs its operations as Lua scripts/,
+		'then a lock is refused with 0A000 and a hint naming scripting');
+}
 
 $node->stop;
 done_testing();
