@@ -79,6 +79,7 @@ typedef struct NodeRun
 	RunFailure	failure;
 	int			failure_errno;
 	bool		close_after;	/* Redis said it cannot serve */
+	bool		subscribes;		/* connects a subscription's connection */
 } NodeRun;
 
 static void report_failure(const NodeRun *run, RedisDeadline deadline,
@@ -358,19 +359,17 @@ send_run(NodeRun *run)
 }
 
 /*
- * Authenticate, select the database and ask the server what it is (HELLO),
- * pipelined in one round trip under the connect deadline.  Returns false
- * (after reporting at elevel and closing the connection) when that fails
- * or Redis refuses the first two.
+ * Authenticate and select the database, pipelined in one round trip under
+ * the connect deadline.  Returns false (after reporting at elevel and
+ * closing the connection) when that fails or Redis refuses.
  */
 static bool
 handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 {
 	RedisConn  *conn = node->conn;
-	RedisCall	calls[3];
-	RedisCall  *pcalls[3];
+	RedisCall	calls[2];
+	RedisCall  *pcalls[2];
 	RedisCall  *auth = NULL;
-	RedisCall  *hello;
 	NodeRun		run = {0};
 	int			ncalls = 0;
 	int			i;
@@ -395,12 +394,14 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 		redis_call_int_arg(&calls[ncalls], conn->database);
 		ncalls++;
 	}
+	if (ncalls == 0)
+		return true;
+
 	for (i = 0; i < ncalls; i++)
+	{
 		redis_call_on_node(&calls[i], node);
-	hello = &calls[ncalls++];
-	redis_hello_call(hello, node);
-	for (i = 0; i < ncalls; i++)
 		pcalls[i] = &calls[i];
+	}
 	run.node = node;
 	run.wanted = pcalls;
 	run.nwanted = ncalls;
@@ -421,7 +422,7 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("could not connect to Redis server \"%s\"",
 							conn->servername),
-					 errdetail("Connection to %s failed: the handshake (HELLO, and AUTH or SELECT if any) did not finish within %d ms.",
+					 errdetail("Connection to %s failed: authentication did not finish within %d ms.",
 							   node->endpoint, deadline.ms),
 					 errhint("Raise redislock.connect_timeout if Redis is only slow.")));
 		else
@@ -431,7 +432,7 @@ handshake(RedisNode *node, RedisDeadline deadline, int elevel)
 
 	for (i = 0; i < ncalls; i++)
 	{
-		if (calls[i].reply_type != REDIS_REPLY_ERROR || &calls[i] == hello)
+		if (calls[i].reply_type != REDIS_REPLY_ERROR)
 			continue;
 		node_disconnect(node);
 		node_set_connect_error(node, psprintf("refused: %s", calls[i].str));
@@ -542,6 +543,9 @@ prepare_node(NodeRun *run, RedisDeadline *deadline, int elevel)
 		fail_run(run, RUN_NOT_ACCEPTED, 0);
 		return false;
 	}
+	/* a subscription's connection reads only the replies it asked for */
+	if (!run->subscribes)
+		redis_send_hello(node);
 	redis_send_queued_cleanup(node);
 	node->checked = true;
 	if (deadline->from_first_byte)
@@ -656,6 +660,7 @@ redis_open_node(RedisNode *node)
 	NodeRun		run = {0};
 
 	run.node = node;
+	run.subscribes = true;
 	node->checked = false;
 	if (!prepare_node(&run, &deadline, ERROR))
 		report_failure(&run, deadline, ERROR);

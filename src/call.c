@@ -305,15 +305,15 @@ copy_array_strings(RedisCall *call, const redisReply *reply)
 
 /*
  * Keep what a HELLO reply says the node is, a server's name and version,
- * in TopMemoryContext: its pairs of names and values come as an array.
+ * in TopMemoryContext: its pairs of names and values come as an array.  An
+ * error (a server older than Redis 6, or a user not allowed HELLO) leaves
+ * them unknown.
  */
-static void
-note_hello(RedisCall *call, const redisReply *reply)
+void
+redis_note_hello(RedisNode *node, const redisReply *reply)
 {
-	RedisNode  *node = call->node;
 	size_t		i;
 
-	call->reply_type = reply->type;
 	if (reply->type != REDIS_REPLY_ARRAY)
 		return;
 	for (i = 0; i + 1 < reply->elements; i += 2)
@@ -334,22 +334,6 @@ note_hello(RedisCall *call, const redisReply *reply)
 			pfree(*field);
 		*field = MemoryContextStrdup(TopMemoryContext, value->str);
 	}
-}
-
-/*
- * A HELLO on node, asking for RESP2 (the protocol every other call speaks),
- * that notes what the server says it is.  Servers older than Redis 6 do
- * not know HELLO, and an ACL user may not be allowed it: its error replies
- * are no failure of the handshake.
- */
-void
-redis_hello_call(RedisCall *call, RedisNode *node)
-{
-	redis_call_init(call, node->conn, NULL);
-	redis_call_on_node(call, node);
-	redis_call_arg(call, "HELLO", 5);
-	redis_call_arg(call, "2", 1);
-	call->parse_reply = note_hello;
 }
 
 /* Keep what the caller needs of a reply, then let hiredis free it */

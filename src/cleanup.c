@@ -121,6 +121,25 @@ append_cleanup(RedisNode *node, const RedisCall *call)
 }
 
 /*
+ * Ask a node just connected what server it is (HELLO, in RESP2, the
+ * protocol of every other call), ahead of the calls it was connected for:
+ * the reply, which nobody waits for, is noted when it is dropped.  It costs
+ * no round trip of its own, and a server that does not answer it, or does
+ * not know it, fails nothing.
+ */
+void
+redis_send_hello(RedisNode *node)
+{
+	RedisCall	hello;
+
+	redis_call_init(&hello, node->conn, NULL);
+	redis_call_arg(&hello, "HELLO", 5);
+	redis_call_arg(&hello, "2", 1);
+	append_unwaited(node, &hello);
+	node->hello_seq = node->sent - 1;
+}
+
+/*
  * Send a call whose reply nobody waits for, after what is held back for
  * its node.  Clean-up for a node that is not connected is kept and sent
  * first thing once it is (Redis runs it before anything that this backend
@@ -264,7 +283,8 @@ redis_send_queued_cleanup(RedisNode *node)
 
 /*
  * Drop a reply that nobody waits for.  If it redirects clean-up sent after
- * commit, the clean-up goes where the redirection says.
+ * commit, the clean-up goes where the redirection says; if it answers the
+ * HELLO sent after connecting, what the server is is noted.
  */
 void
 redis_drop_reply(RedisNode *node, redisReply *reply)
@@ -273,6 +293,8 @@ redis_drop_reply(RedisNode *node, redisReply *reply)
 	RedirectableCall *kept = NULL;
 
 	node->awaiting--;
+	if (seq == node->hello_seq)
+		redis_note_hello(node, reply);
 	while (node->redirectable != NIL)
 	{
 		kept = linitial(node->redirectable);

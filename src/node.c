@@ -736,6 +736,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 	node->awaiting = 0;
 	node->deferred = 0;
 	node->sent = 0;
+	node->hello_seq = PG_UINT64_MAX;
 	node->out_sent = 0;
 	node_release_buffers(node);
 	resetStringInfo(&node->out);

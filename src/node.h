@@ -99,6 +99,8 @@ typedef struct RedisNode
 	bool		was_connected;	/* a connect now is a reconnect */
 	char	   *connect_error;	/* why the last connect failed, if it did */
 	int			connect_sqlstate;	/* and the SQLSTATE that says so */
+	uint64		hello_seq;		/* the number of the HELLO sent after the
+								 * handshake, whose reply nobody waits for */
 	char	   *server_name;	/* what HELLO said it is, "redis" or
 								 * "valkey", NULL if it said nothing */
 	char	   *server_version; /* and its version */
@@ -221,6 +223,7 @@ extern bool redis_run_until(RedisCall *calls, int ncalls,
 
 /* Calls whose replies nobody waits for (cleanup.c) */
 extern void redis_send_deferred(RedisCall *calls, int ncalls);
+extern void redis_send_hello(RedisNode *node);
 extern void redis_hold_hdel(struct RedisConn *conn, const char *key,
 							int keylen, const char *field, int fieldlen);
 extern void redis_send_cleanup(RedisCall *call, uint64 end_id);
@@ -235,7 +238,7 @@ extern bool redis_reply_is_error(const RedisCall *call, const char *code);
 extern bool redis_reply_is_unavailable(const RedisCall *call);
 extern int	redis_error_sqlstate(const RedisCall *call);
 extern int	redis_error_hint(const RedisCall *call);
-extern void redis_hello_call(RedisCall *call, RedisNode *node);
+extern void redis_note_hello(RedisNode *node, const struct redisReply *reply);
 extern void redis_call_take_reply(RedisCall *call, struct redisReply *reply);
 
 /* A set of calls that grows: those of a transaction end, for one */
