@@ -49,7 +49,7 @@ use Time::HiRes qw(gettimeofday tv_interval usleep);
 
 our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
   wait_until backend_gone key_slot session works node_with_server
-  foreign_attempts crash_restart);
+  foreign_attempts crash_restart terminate_backend);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -688,6 +688,28 @@ sub backend_gone
 		sub {
 			(session_query($session,
 				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid"))[0] eq '0';
+		});
+}
+
+=pod
+
+=head2 terminate_backend($node, $pid)
+
+Terminates backend C<$pid> of C<$node> with pg_terminate_backend() and
+waits at most 10 seconds for it to leave pg_stat_activity (as the
+two-argument form of PostgreSQL 14 and later does).  Returns true once it
+has.
+
+=cut
+
+sub terminate_backend
+{
+	my ($node, $pid) = @_;
+	return $node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)") eq 't'
+	  && defined wait_until(10,
+		sub {
+			$node->safe_psql('postgres',
+				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") eq '0';
 		});
 }
 

@@ -11,7 +11,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(gettimeofday tv_interval usleep);
-use RedisLockTest qw(session_query);
+use RedisLockTest qw(session_query terminate_backend);
 
 # Poll until none of the keys exists in Redis or $limit seconds have passed;
 # returns the seconds it took, or undef on time-out.
@@ -56,8 +56,7 @@ is($redis->cli('EXISTS', 'k1', 'k2', 'k3'), '3', 'the three locks are in Redis')
 is($redis->cli('GET', 'stk'), '3', 'the decrement is in Redis');
 
 my $t0 = [gettimeofday];
-is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid_a, 5000)"),
-	't', 'backend terminated');
+ok(terminate_backend($node, $pid_a), 'backend terminated');
 my $gone = wait_keys_gone($redis, 5, 'k1', 'k2', 'k3');
 ok(defined $gone, 'locks of the terminated backend are deleted');
 cmp_ok(tv_interval($t0), '<', 3,

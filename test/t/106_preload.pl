@@ -8,7 +8,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use RedisLockTest qw(session_query wait_until);
+use RedisLockTest qw(session_query wait_until terminate_backend);
 
 my $redis = RedisLockTest->start_redis();
 my $node = PostgreSQL::Test::Cluster->new('preload');
@@ -43,8 +43,7 @@ $s = $node->background_psql('postgres', on_error_stop => 0, timeout => 60);
 	"SELECT redis_lock_acquire_session('pl2', 60000), pg_backend_pid()");
 my ($got, $pid) = split /\|/, $out;
 is($got, 't', 'another backend takes a session lock');
-is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid, 5000)"), 't',
-	'and is terminated');
+ok(terminate_backend($node, $pid), 'and is terminated');
 ok(defined wait_until(10, sub { $redis->command('EXISTS', 'pl2') eq '0' }),
 	'its lock is released at exit too');
 $s->quit;

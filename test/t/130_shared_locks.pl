@@ -12,7 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use RedisLockTest qw(session_query start_query finish_query wait_until
-  session works);
+  session works terminate_backend);
 
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('shared_locks', $redis,
@@ -132,8 +132,7 @@ like($out, qr/^0$/m, 'nor does one in a savepoint, once rolled back to');
 # a backend that exits, or is terminated, leaves no entry
 works($holder, "SELECT redis_lock_acquire_session('x1', 60000)", 't',
 	'the holder takes another session lock');
-is($node->safe_psql('postgres', "SELECT pg_terminate_backend($holder_pid, 5000)"),
-	't', 'and is terminated');
+ok(terminate_backend($node, $holder_pid), 'and is terminated');
 ok( defined wait_until(
 		10,
 		sub {

@@ -137,7 +137,12 @@ like($log, qr/gave back 7 units of Redis stock on server "other" in database "sh
 	'and those of its second');
 like($log, qr/redislock server "quorum" in database "shop" holds no stock/,
 	'a Redlock server is passed over with a debug line');
-is(join("\n", grep { /\b(ERROR|WARNING|FATAL|PANIC):/ } split /\n/, $log), '',
+# (PostgreSQL 13 logs the warning that an immediate shutdown sends each
+# session; later versions send it to the client only.)
+is( join("\n",
+		grep { /\b(ERROR|WARNING|FATAL|PANIC):/ && !/terminating connection because of crash of another server process/ }
+		  split /\n/, $log),
+	'',
 	'no error was logged: none for the database without the extension, none of a recovery, no operator hijacked');
 
 is($node->safe_psql('postgres', 'SELECT count(*) FROM redis_stock_recover()'), '0',

@@ -15,7 +15,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 use RedisLockTest qw(session_query start_query finish_query wait_until
-  session works);
+  session works terminate_backend);
 
 my $redis = RedisLockTest->start_redis();
 my $node = RedisLockTest->new_node('wake_fifo', $redis,
@@ -150,8 +150,7 @@ is($node->safe_psql('postgres', "SELECT pg_cancel_backend($pids[1])"),
 	't', 'the second is cancelled');
 my ($out, $err) = finish_query($waiters[1], 20);
 like($err, qr/57014/, 'and its wait ends');
-is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pids[2], 5000)"),
-	't', 'the third is terminated');
+ok(terminate_backend($node, $pids[2]), 'the third is terminated');
 ok( defined wait_until(
 		10,
 		sub {
