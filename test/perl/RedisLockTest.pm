@@ -49,7 +49,7 @@ use Time::HiRes qw(gettimeofday tv_interval usleep);
 
 our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
   wait_until backend_gone key_slot session works node_with_server
-  foreign_attempts crash_restart terminate_backend);
+  foreign_attempts crash_restart terminate_backend sleep_for);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -212,7 +212,14 @@ sub answers
 		Timeout  => 1) or return 0;
 	$sock->autoflush(1);
 	print $sock "PING\r\n";
-	my $answered = IO::Select->new($sock)->can_read($secs) ? 1 : 0;
+
+	# a signal to the script (a child's end) cuts a select short
+	my $t0 = [gettimeofday];
+	my $answered = 0;
+	while (!$answered && tv_interval($t0) < $secs)
+	{
+		$answered = IO::Select->new($sock)->can_read($secs - tv_interval($t0)) ? 1 : 0;
+	}
 	close $sock;
 	return $answered;
 }
@@ -689,6 +696,26 @@ sub backend_gone
 			(session_query($session,
 				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid"))[0] eq '0';
 		});
+}
+
+=pod
+
+=head2 sleep_for($secs)
+
+Sleeps C<$secs> seconds, however often a signal to the script (a child's
+end, say) cuts a sleep short.
+
+=cut
+
+sub sleep_for
+{
+	my ($secs) = @_;
+	my $t0 = [gettimeofday];
+	while ((my $left = $secs - tv_interval($t0)) > 0)
+	{
+		usleep(int($left * 1_000_000));
+	}
+	return;
 }
 
 =pod

@@ -21,9 +21,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(gettimeofday tv_interval usleep);
+use Time::HiRes qw(gettimeofday tv_interval);
 use RedisSentinel;
-use RedisLockTest qw(session_query start_query finish_query wait_until);
+use RedisLockTest qw(session_query start_query finish_query wait_until sleep_for);
 
 my $group = RedisSentinel->start_sentinel_group(replicas => 1, sentinels => 1);
 my $sentinels = $group->sentinels;
@@ -111,7 +111,7 @@ foreach my $case ([ "redis_lock_acquire_session('p:lock', 30000)", 't' ],
 	$group->pause_node($replica);
 	my $t0 = [gettimeofday];
 	start_query($s, "SELECT $call");
-	usleep(1_000_000);
+	sleep_for(1);
 	$group->resume_node($replica);
 	($out, $err) = finish_query($s, 20);
 	my $secs = tv_interval($t0);
