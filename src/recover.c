@@ -7,8 +7,8 @@
  * Every decrement leaves a record beside its stock, named after this
  * PostgreSQL cluster's system identifier, its timeline, the database and
  * the table (of this installation of the extension) that holds its row,
- * the ID of the (sub)transaction that made it and a number unique to it.  A decrement
- * that took units wrote a row under the same id in the same
+ * the ID of the (sub)transaction that made it and a number unique to it.
+ * A decrement that took units wrote a row under the same id in the same
  * (sub)transaction (decisions.c), so once that transaction has ended, the
  * row is there if and only if it committed: the records of committed
  * decrements are cleared, once their commit is durable (a backend's own
@@ -247,7 +247,7 @@ writer_may_run(FullTransactionId fxid)
  * never oversold.
  */
 static const char *
-decide_by_status(const FullTransactionId fxid, bool legacy)
+decide_by_status(FullTransactionId fxid, bool legacy)
 {
 	if (FullTransactionIdPrecedes(fxid, ReadNextFullTransactionId()))
 		return transaction_outcome(fxid);
@@ -264,8 +264,9 @@ decide_by_status(const FullTransactionId fxid, bool legacy)
  * by their transaction's status.  A record of 1.3 is decided only by the
  * installation that wrote it, whose table holds its row: records of
  * another database (its own recovery decides them) and of an installation
- * dropped since (whose table went with its rows) are left alone.  It is "in progress" while its writer may
- * run, and is decided by its row after that (NULL): a writer whose ID is
+ * dropped since (whose table went with its rows) are left alone.  It is
+ * "in progress" while its writer may run, and is decided by its row after
+ * that (NULL): a writer whose ID is
  * beyond the next one here is not running either, it is one whose ID a
  * crash lost before any WAL of it was flushed, and it did not commit.
  */
