@@ -266,9 +266,9 @@ decide_by_status(FullTransactionId fxid, bool legacy)
  * another database (its own recovery decides them) and of an installation
  * dropped since (whose table went with its rows) are left alone.  It is
  * "in progress" while its writer may run, and is decided by its row after
- * that (NULL): a writer whose ID is
- * beyond the next one here is not running either, it is one whose ID a
- * crash lost before any WAL of it was flushed, and it did not commit.
+ * that (NULL): a writer whose ID is beyond the next one here is not
+ * running either, it is one whose ID a crash lost before any WAL of it was
+ * flushed, and it did not commit.
  */
 static const char *
 decide_record(const RecoverRun *run, const FoundRecord *record)
