@@ -42,7 +42,8 @@
 #include "common/pg_prng.h"
 #define compat_random_fraction() pg_prng_double(&pg_global_prng_state)
 #else
-#define compat_random_fraction() ((double) random() / ((double) MAX_RANDOM_VALUE + 1))
+#define compat_random_fraction() \
+	((double) random() / ((double) MAX_RANDOM_VALUE + 1))
 #endif
 
 /* 18 puts the noreturn specifier before the declaration */
