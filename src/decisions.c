@@ -28,7 +28,6 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/xid8.h"
 
