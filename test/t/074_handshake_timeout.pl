@@ -77,7 +77,7 @@ session_query($s, 'SELECT redis_disconnect_all()');
 $authed->pause;
 my $t0 = [ Time::HiRes::gettimeofday() ];
 RedisLockTest::start_query($s, "SELECT redis_lock_acquire_session('h2', 30000)");
-Time::HiRes::usleep(1_000_000);
+RedisLockTest::sleep_for(1);
 $authed->resume;
 ($out, $err) = RedisLockTest::finish_query($s, 30);
 is("$out$err", 't',

@@ -9,7 +9,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(time usleep);
+use Time::HiRes qw(time);
 use DelayProxy;
 use RedisLockTest qw(session_query wait_until works);
 use WakeTest qw(add_server new_session);
@@ -50,7 +50,7 @@ works($holder,
 cmp_ok(time - $retaken, '<', 1, 'while the renewal is still on its way');
 
 # the renewal reaches Redis 1.5 s after it was sent
-usleep(2_000_000);
+RedisLockTest::sleep_for(2);
 my $pttl = $redis->cli('PTTL', 'k');
 diag "PTTL $pttl ms, " . sprintf('%.1f s after the lock was taken again', time - $retaken);
 cmp_ok($pttl, '>', 0, 'the second hold still has the lock');

@@ -6,7 +6,6 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 use RedisSentinel;
 use RedisLockTest;
 use WakeTest qw(new_session hand_off median);
@@ -62,7 +61,7 @@ $group->failover;
 my $second = $group->master_port;
 isnt($second, $first, 'a failover names another master');
 # until the old master learns that it is a replica, it still takes writes
-usleep(1_500_000);
+RedisLockTest::sleep_for(1.5);
 ($all, $ms) = hand_offs('after the failover');
 ok($all, 'after the failover, the waiter got the lock each time');
 cmp_ok($ms, '<', 10, 'woken within 10 ms (median of 5)');
