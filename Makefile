@@ -2,12 +2,17 @@ EXTENSION = redislock
 EXTVERSION = 1.3
 
 MODULE_big = redislock
-OBJS = src/redislock.o src/compat.o src/resp.o src/node.o src/addressbook.o src/call.o \
-	src/batch.o src/cleanup.o src/connection.o src/registry.o src/topology.o \
-	src/cluster.o src/sentinel.o src/redlock.o src/args.o src/keys.o \
-	src/scripts.o src/option.o src/lock.o src/stock.o src/decisions.o \
-	src/recover.o src/xact.o src/locktable.o src/stats.o src/worker.o \
-	src/watchdog.o src/wake.o src/waker.o src/recoverer.o
+OBJS = src/redislock.o src/compat.o src/args.o src/keys.o src/scripts.o \
+	src/stats.o src/xact.o \
+	src/io/resp.o src/io/node.o src/io/addressbook.o src/io/call.o \
+	src/server/option.o src/server/connection.o src/server/registry.o \
+	src/server/topology.o src/server/cluster.o src/server/sentinel.o \
+	src/server/redlock.o \
+	src/calls/batch.o src/calls/cleanup.o \
+	src/lock/lock.o src/lock/locktable.o src/lock/wake.o \
+	src/stock/stock.o src/stock/decisions.o src/stock/recover.o \
+	src/worker/worker.o src/worker/watchdog.o src/worker/waker.o \
+	src/worker/recoverer.o
 SHLIB_LINK = -lhiredis
 
 DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \
@@ -47,15 +52,17 @@ export REDIS_HOST REDIS_PORT
 REGRESS_PREP = installcheck-prep
 ISOLATION_OPTS = --use-existing
 
+# The headers: one a subsystem, each in its folder
+PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/src/io -I$(srcdir)/src/server \
+	-I$(srcdir)/src/worker
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-PG_CPPFLAGS += -Wall -Wmissing-prototypes
-
 # every object depends on the shared header
-$(OBJS): src/redislock.h src/topology.h src/node.h
-src/redislock.o src/worker.o: src/worker.h
+$(OBJS): src/redislock.h src/server/topology.h src/io/node.h
+src/redislock.o src/worker/worker.o: src/worker/worker.h
 
 # the version script that SHLIB_LINK names (see above)
 exports.map: $(OBJS)
