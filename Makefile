@@ -2,7 +2,7 @@ EXTENSION = redislock
 EXTVERSION = 1.3
 
 MODULE_big = redislock
-OBJS = src/redislock.o src/compat.o src/args.o src/keys.o src/scripts.o \
+OBJS = src/redislock.o src/guc.o src/compat.o src/keys.o src/scripts.o \
 	src/stats.o src/xact.o \
 	src/io/resp.o src/io/node.o src/io/addressbook.o src/io/call.o \
 	src/server/option.o src/server/connection.o src/server/registry.o \
@@ -53,16 +53,14 @@ REGRESS_PREP = installcheck-prep
 ISOLATION_OPTS = --use-existing
 
 # The headers: one a subsystem, each in its folder
-PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/src/io -I$(srcdir)/src/server \
-	-I$(srcdir)/src/worker
+PG_CPPFLAGS = -I$(srcdir)/src
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# every object depends on the shared header
-$(OBJS): src/redislock.h src/server/topology.h src/io/node.h
-src/redislock.o src/worker/worker.o: src/worker/worker.h
+# every object depends on the headers
+$(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/*/*.h)
 
 # the version script that SHLIB_LINK names (see above)
 exports.map: $(OBJS)

@@ -39,7 +39,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 
-#include "redislock.h"
+#include "scripts.h"
 
 PG_MODULE_MAGIC;
 

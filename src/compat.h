@@ -5,7 +5,7 @@
  *		on, 13 to 18, each difference guarded by the version that made it.
  *
  * The code is written for the newest version; what an older one lacks is
- * made here, the same way for every file (node.h includes this header, so
+ * made here, the same way for every file (io/io.h includes this header, so
  * every file has it).  compat.c holds what needs more than a line.
  *
  *-------------------------------------------------------------------------

@@ -2,7 +2,8 @@
  *
  * keys.c
  *		Where redislock's keys live: inside the server's key prefix, and
- *		in the Redis Cluster hash slot of the key they belong to.
+ *		in the Redis Cluster hash slot of the key they belong to; the slot
+ *		of a key, and the key arguments of the SQL functions.
  *
  * A lock or stock key is exactly the server's key_prefix followed by the
  * user's key, so that other clients find it.  What the extension keeps
@@ -25,11 +26,77 @@
  */
 #include "postgres.h"
 
+#include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
-#include "redislock.h"
+#include "keys.h"
+
+/* CRC16 (XMODEM: polynomial 0x1021, no reflection), per table, built once */
+static uint16 crc16_table[256];
+
+static void
+build_crc16_table(void)
+{
+	int			i;
+
+	for (i = 0; i < 256; i++)
+	{
+		uint16		crc = i << 8;
+		int			bit;
+
+		for (bit = 0; bit < 8; bit++)
+			crc = (crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1;
+		crc16_table[i] = crc;
+	}
+}
+
+static uint16
+crc16(const char *buf, int len)
+{
+	uint16		crc = 0;
+	int			i;
+
+	if (crc16_table[1] == 0)
+		build_crc16_table();
+	for (i = 0; i < len; i++)
+		crc = (crc << 8) ^ crc16_table[((crc >> 8) ^ (uint8) buf[i]) & 0xff];
+	return crc;
+}
+
+/*
+ * The part of a key that decides its slot: the content of its first
+ * complete, non-empty hash tag, else the whole key.
+ */
+static const char *
+hashed_part(const char *key, int len, int *hashed_len)
+{
+	const char *open = memchr(key, '{', len);
+	const char *close;
+
+	if (open != NULL)
+	{
+		close = memchr(open + 1, '}', len - (open + 1 - key));
+		if (close != NULL && close > open + 1)
+		{
+			*hashed_len = close - (open + 1);
+			return open + 1;
+		}
+	}
+	*hashed_len = len;
+	return key;
+}
+
+/* The Redis Cluster hash slot of a key */
+int
+redis_key_slot(const char *key, int len)
+{
+	int			hashed_len;
+	const char *hashed = hashed_part(key, len, &hashed_len);
+
+	return crc16(hashed, hashed_len) & (REDIS_CLUSTER_SLOTS - 1);
+}
 
 /*
  * The name of each kind of sibling key (RedisSiblingKind), and what it
@@ -83,6 +150,36 @@ slot_tag(int slot)
 			slot_tags[hit] = n;
 	}
 	return slot_tags[slot];
+}
+
+/*
+ * Refuse a user's key that is the sibling of another key: a lock or stock
+ * there would collide with what is kept beside that key (a string where a
+ * hash of decrement records belongs makes every decrement fail, say).
+ * Exactly the siblings are refused, "{<tag>}:<kind>:<key>" with the tag
+ * that <key> has under this prefix, so that no other key is: hash-tagged
+ * keys such as "{order}:42" are common, and another tag, or the same one
+ * before another key, collides with nothing.  This runs before the key is
+ * used, and costs more than a glance only for keys of a sibling's shape.
+ */
+static void
+redis_check_key_not_reserved(const char *rkey, int rkeylen, int prefixlen)
+{
+	char	   *owner;
+	int			ownerlen;
+	int			i;
+
+	for (i = 0; i < lengthof(sibling_kinds); i++)
+		if ((owner = redis_sibling_owner(rkey, rkeylen, prefixlen, i,
+										 &ownerlen)) != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("Redis key \"%s\" is reserved", rkey + prefixlen),
+					 errdetail("It is where redislock keeps the %s of key \"%.*s\".",
+							   sibling_kinds[i].what, ownerlen - prefixlen,
+							   owner + prefixlen),
+					 errhint("Choose a key that does not start with a number in braces followed by \":%s:\".",
+							 sibling_kinds[i].kind)));
 }
 
 /*
@@ -247,36 +344,6 @@ redis_sibling_pattern(const char *prefix, RedisSiblingKind kind)
 }
 
 /*
- * Refuse a user's key that is the sibling of another key: a lock or stock
- * there would collide with what is kept beside that key (a string where a
- * hash of decrement records belongs makes every decrement fail, say).
- * Exactly the siblings are refused, "{<tag>}:<kind>:<key>" with the tag
- * that <key> has under this prefix, so that no other key is: hash-tagged
- * keys such as "{order}:42" are common, and another tag, or the same one
- * before another key, collides with nothing.  This runs before the key is
- * used, and costs more than a glance only for keys of a sibling's shape.
- */
-void
-redis_check_key_not_reserved(const char *rkey, int rkeylen, int prefixlen)
-{
-	char	   *owner;
-	int			ownerlen;
-	int			i;
-
-	for (i = 0; i < lengthof(sibling_kinds); i++)
-		if ((owner = redis_sibling_owner(rkey, rkeylen, prefixlen, i,
-										 &ownerlen)) != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("Redis key \"%s\" is reserved", rkey + prefixlen),
-					 errdetail("It is where redislock keeps the %s of key \"%.*s\".",
-							   sibling_kinds[i].what, ownerlen - prefixlen,
-							   owner + prefixlen),
-					 errhint("Choose a key that does not start with a number in braces followed by \":%s:\".",
-							 sibling_kinds[i].kind)));
-}
-
-/*
  * Can keys under this prefix have siblings in their slot?  Only if a '{'
  * in the prefix opens a complete, non-empty hash tag within the prefix:
  * otherwise the slot of a key would depend on what follows the prefix in
@@ -292,4 +359,23 @@ redis_prefix_is_valid(const char *prefix)
 		return true;
 	close = strchr(open + 1, '}');
 	return close != NULL && close > open + 1;
+}
+
+/*
+ * Key argument argno of a SQL function, checked (neither NULL nor empty)
+ * before the server is looked up or Redis asked: redis_key() makes the
+ * Redis key from it.
+ */
+text *
+redis_key_arg(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *key;
+
+	require_argument(fcinfo, argno, "Redis key");
+	key = PG_GETARG_TEXT_PP(argno);
+	if (VARSIZE_ANY_EXHDR(key) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("Redis key must not be empty")));
+	return key;
 }

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * redislock.c
- *		Module entry point: settings, wait event and shared memory.
+ *		Module entry point: settings, callbacks and the one chain of
+ *		shared-memory hooks.
  *
  *-------------------------------------------------------------------------
  */
@@ -14,114 +15,17 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
-#include "redislock.h"
-#include "worker.h"
+#include "guc.h"
+#include "io/io.h"
+#include "lock/lock.h"
+#include "server/server.h"
+#include "stats.h"
+#include "worker/worker.h"
+#include "xact.h"
 
 PG_MODULE_MAGIC;
 
-char	   *redislock_server_name = NULL;
-int			redislock_connect_timeout = 1000;
-int			redislock_command_timeout = 1000;
-int			redislock_end_timeout_limit = 30000;
-bool		redislock_verify_before_commit = true;
-bool		redislock_lease_renewal = true;
-int			redislock_lease_renewal_limit = 600000;
-int			redislock_purge_delay = 60000;
-int			redislock_max_locks = 4096;
-bool		redislock_preloaded = false;
-
-
 void		_PG_init(void);
-
-/*
- * Settings are user-settable, as each one only affects the session's own
- * work, except the administrator's caps on transaction ends and on lease
- * renewal.
- */
-static void
-define_settings(void)
-{
-	DefineCustomStringVariable("redislock.server",
-							   "Foreign server that names the Redis server to use.",
-							   "The server must be of the foreign data wrapper redislock.",
-							   &redislock_server_name,
-							   "redislock",
-							   PGC_USERSET, 0,
-							   NULL, NULL, NULL);
-
-	DefineCustomIntVariable("redislock.connect_timeout",
-							"Time allowed to connect and authenticate to Redis.",
-							NULL,
-							&redislock_connect_timeout,
-							1000, 1, 3600 * 1000,
-							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("redislock.command_timeout",
-							"Time allowed for one Redis operation, from the first byte sent to the last reply.",
-							NULL,
-							&redislock_command_timeout,
-							1000, 1, 3600 * 1000,
-							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	/*
-	 * Commit and abort hold PostgreSQL's locks while they release Redis
-	 * state, so the administrator caps how long that may take, whatever
-	 * command_timeout a user sets.
-	 */
-	DefineCustomIntVariable("redislock.end_timeout_limit",
-							"Longest time the Redis work of one transaction end may take.",
-							"It caps redislock.command_timeout at commit, abort and backend exit.",
-							&redislock_end_timeout_limit,
-							30000, 1, 3600 * 1000,
-							PGC_SUSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomBoolVariable("redislock.verify_before_commit",
-							 "Confirms before commit that every transaction-scoped Redis lock is still held.",
-							 "The check also renews the leases so that they cover the commit.",
-							 &redislock_verify_before_commit,
-							 true,
-							 PGC_USERSET, 0,
-							 NULL, NULL, NULL);
-
-	/*
-	 * The lease watchdog of a preloaded library renews the leases of a
-	 * session's locks unless the session says otherwise; how long it goes on
-	 * for a holder that never ends is the administrator's call.
-	 */
-	DefineCustomBoolVariable("redislock.lease_renewal",
-							 "Has the background worker renew the leases of the Redis locks this session takes.",
-							 "Renewal keeps a lock held for longer than its ttl_ms while its holder lives; it needs redislock in shared_preload_libraries.",
-							 &redislock_lease_renewal,
-							 true,
-							 PGC_USERSET, 0,
-							 NULL, NULL, NULL);
-
-	DefineCustomIntVariable("redislock.lease_renewal_limit",
-							"Time after which the leases of a Redis lock are no longer renewed.",
-							"Counted from the lock's grant; 0 renews for as long as the lock is held.",
-							&redislock_lease_renewal_limit,
-							600000, 0, INT_MAX,
-							PGC_SUSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	/*
-	 * A Redis that loses acknowledged writes (a crash under appendfsync
-	 * everysec, a failover to a replica that lagged) may bring back a
-	 * record whose clear it had acknowledged: its row must outlive that.
-	 */
-	DefineCustomIntVariable("redislock.purge_delay",
-							"Time a decrement's row is kept after its record was first found gone from Redis.",
-							"A Redis that loses acknowledged writes may bring back a record whose row is gone; 0 deletes the row at once.",
-							&redislock_purge_delay,
-							60000, 0, INT_MAX,
-							PGC_SUSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	MarkGUCPrefixReserved("redislock");
-}
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -150,27 +54,12 @@ startup_shmem(void)
 }
 
 /*
- * A preloaded library sizes its shared memory now, from a setting that
- * only a restart changes.
+ * A preloaded library sizes its shared memory now, from settings that only
+ * a restart changes.
  */
 static void
 init_shared_memory(void)
 {
-	DefineCustomIntVariable("redislock.max_locks",
-							"Number of Redis locks that all backends together can hold or wait for.",
-							"Each lock held or awaited takes an entry of the shared lock table.",
-							&redislock_max_locks,
-							4096, 1, INT_MAX / 2,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("redislock.max_workers",
-							"Number of databases whose locks the background workers serve at once.",
-							"Each database whose locks are renewed or woken takes a worker; redislock takes at most this many of max_worker_processes, besides its launcher and one recovery worker.",
-							&redislock_max_workers,
-							4, 1, MAX_BACKENDS,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-	redislock_preloaded = true;
 	compat_request_shmem(request_shmem);
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = startup_shmem;
@@ -179,13 +68,12 @@ init_shared_memory(void)
 void
 _PG_init(void)
 {
-	/* the preload's settings first: define_settings() reserves the prefix */
-	if (process_shared_preload_libraries_in_progress)
+	redislock_define_settings(process_shared_preload_libraries_in_progress);
+	if (redislock_preloaded)
 	{
 		init_shared_memory();
 		redislock_init_worker();
 	}
-	define_settings();
 	redislock_init_connections();
 	redislock_init_xact();
 }

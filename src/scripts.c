@@ -12,7 +12,7 @@
 #include "postgres.h"
 
 
-#include "redislock.h"
+#include "scripts.h"
 
 /*
  * A prelude for scripts that write more than once.  Redis keeps a script's

@@ -43,7 +43,9 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
-#include "redislock.h"
+#include "guc.h"
+#include "server/server.h"
+#include "stats.h"
 
 /*
  * Servers counted, over all databases.  The counters of a server beyond
@@ -72,7 +74,7 @@ static ServerStatsTable *stats = NULL;
 PG_FUNCTION_INFO_V1(redis_stats);
 PG_FUNCTION_INFO_V1(redis_stats_reset);
 
-Size
+static Size
 stats_shmem_size(void)
 {
 	return sizeof(ServerStatsTable);

@@ -21,7 +21,10 @@
 #include "storage/ipc.h"
 #include "utils/memutils.h"
 
-#include "redislock.h"
+#include "guc.h"
+#include "lock/lock.h"
+#include "stock/stock.h"
+#include "xact.h"
 
 /* Scratch memory of transaction-end work, reset after each batch */
 static MemoryContext batch_cxt = NULL;

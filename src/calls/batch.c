@@ -36,7 +36,9 @@
 
 #include "miscadmin.h"
 
-#include "topology.h"
+#include "calls/calls.h"
+#include "guc.h"
+#include "stats.h"
 
 /* A connection quiet for this long is checked before use (microseconds) */
 #define IDLE_CHECK_USEC		1000

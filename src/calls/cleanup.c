@@ -24,7 +24,8 @@
 
 #include "utils/memutils.h"
 
-#include "topology.h"
+#include "calls/calls.h"
+#include "stats.h"
 
 /*
  * Clean-up sent after commit to a cluster node, kept until its reply comes:

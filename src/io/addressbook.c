@@ -44,7 +44,8 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 
-#include "topology.h"
+#include "io/io.h"
+#include "server/server.h"
 
 /* Host names (and ports) whose addresses the book keeps */
 #define ADDRESS_BOOK_NAMES	64
@@ -71,7 +72,7 @@ typedef struct AddressBook
 
 static AddressBook *book = NULL;
 
-Size
+static Size
 addressbook_shmem_size(void)
 {
 	return sizeof(AddressBook);

@@ -20,7 +20,8 @@
 
 #include "utils/builtins.h"
 
-#include "topology.h"
+#include "io/io.h"
+#include "server/server.h"
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)

@@ -52,7 +52,9 @@
 #include "storage/pmsignal.h"
 #include "utils/memutils.h"
 
-#include "topology.h"
+#include "calls/calls.h"
+#include "guc.h"
+#include "io/io.h"
 
 /* A command buffer that grew beyond this is given back once written */
 #define OUT_BUFFER_KEEP		(64 * 1024)

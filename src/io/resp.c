@@ -13,7 +13,7 @@
 
 #include "utils/builtins.h"
 
-#include "node.h"
+#include "io/io.h"
 
 /* Append a RESP header: the marker, then the number, then CRLF */
 static void

@@ -30,8 +30,11 @@
 #include "utils/memutils.h"
 #include "utils/tuplestore.h"
 
-#include "redislock.h"
-#include "worker.h"
+#include "guc.h"
+#include "lock/lock.h"
+#include "scripts.h"
+#include "stats.h"
+#include "worker/worker.h"
 
 /*
  * Backoff between attempts while waiting for a lock, in ms; a wait that

@@ -62,7 +62,8 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "redislock.h"
+#include "guc.h"
+#include "lock/lock.h"
 
 /*
  * How many counters of listens asked and ended the table keeps: each
@@ -109,7 +110,7 @@ chains_offset(void)
 					mul_size(redislock_max_locks, sizeof(RedisLockEntry)));
 }
 
-Size
+static Size
 locktable_shmem_size(void)
 {
 	return add_size(chains_offset(), mul_size(chain_count(), sizeof(int)));

@@ -40,7 +40,7 @@
 #include "storage/latch.h"
 #include "utils/memutils.h"
 
-#include "topology.h"
+#include "lock/lock.h"
 
 /* Whether a node's server publishes keyspace events, learnt per connect */
 typedef enum KeyspaceEvents
@@ -94,9 +94,7 @@ wake_node_for(RedisConn *conn, RedisNode *master)
 	oldcxt = MemoryContextSwitchTo(conn->cxt);
 	wn = palloc0(sizeof(WakeNode));
 	wn->master = master;
-	wn->node = node_create(conn, master->host, master->port,
-						   master->unix_socket);
-	wn->node->role = "subscriber";
+	wn->node = redis_conn_add_subscriber(conn, master);
 	wn->sharded = true;
 	conn->wake_nodes = lappend(conn->wake_nodes, wn);
 	MemoryContextSwitchTo(oldcxt);
@@ -774,9 +772,10 @@ wake_end(RedisConn *conn, bool granted)
 }
 
 /*
- * Close the subscriptions of a server's connection entry: with the entry,
- * or after an error in a wait, when a release announced to a waiter that
- * no longer waits would wake nobody.
+ * Close the subscriptions of a server's connection entry after an error in
+ * a wait, when a release announced to a waiter that no longer waits would
+ * wake nobody.  The next wait connects again; the entry closes the
+ * connections for good with its other ones.
  */
 void
 wake_close(RedisConn *conn)
@@ -784,14 +783,5 @@ wake_close(RedisConn *conn)
 	ListCell   *lc;
 
 	foreach(lc, conn->wake_nodes)
-	{
-		WakeNode   *wn = (WakeNode *) lfirst(lc);
-
-		forget_subscriptions(wn);
-		node_destroy(wn->node);
-		pfree(wn->node);
-		pfree(wn);
-	}
-	list_free(conn->wake_nodes);
-	conn->wake_nodes = NIL;
+		forget_subscriptions((WakeNode *) lfirst(lc));
 }

@@ -19,7 +19,8 @@
 
 #include "utils/memutils.h"
 
-#include "topology.h"
+#include "server/server.h"
+#include "stats.h"
 
 /* One slot range of a CLUSTER SLOTS reply, and the nodes that serve it */
 typedef struct SlotRange
@@ -28,71 +29,6 @@ typedef struct SlotRange
 	int			last;
 	List	   *endpoints;		/* master first, then replicas: char * */
 } SlotRange;
-
-/* CRC16 (XMODEM: polynomial 0x1021, no reflection), per table, built once */
-static uint16 crc16_table[256];
-
-static void
-build_crc16_table(void)
-{
-	int			i;
-
-	for (i = 0; i < 256; i++)
-	{
-		uint16		crc = i << 8;
-		int			bit;
-
-		for (bit = 0; bit < 8; bit++)
-			crc = (crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1;
-		crc16_table[i] = crc;
-	}
-}
-
-static uint16
-crc16(const char *buf, int len)
-{
-	uint16		crc = 0;
-	int			i;
-
-	if (crc16_table[1] == 0)
-		build_crc16_table();
-	for (i = 0; i < len; i++)
-		crc = (crc << 8) ^ crc16_table[((crc >> 8) ^ (uint8) buf[i]) & 0xff];
-	return crc;
-}
-
-/*
- * The part of a key that decides its slot: the content of its first
- * complete, non-empty hash tag, else the whole key.
- */
-static const char *
-hashed_part(const char *key, int len, int *hashed_len)
-{
-	const char *open = memchr(key, '{', len);
-	const char *close;
-
-	if (open != NULL)
-	{
-		close = memchr(open + 1, '}', len - (open + 1 - key));
-		if (close != NULL && close > open + 1)
-		{
-			*hashed_len = close - (open + 1);
-			return open + 1;
-		}
-	}
-	*hashed_len = len;
-	return key;
-}
-
-/* The Redis Cluster hash slot of a key */
-int
-redis_key_slot(const char *key, int len)
-{
-	int			hashed_len;
-	const char *hashed = hashed_part(key, len, &hashed_len);
-
-	return crc16(hashed, hashed_len) & (REDIS_CLUSTER_SLOTS - 1);
-}
 
 /*
  * Make conn a cluster server with the given seed endpoints; its slot map

@@ -29,7 +29,12 @@
 #include "utils/syscache.h"
 #include "utils/tuplestore.h"
 
-#include "redislock.h"
+#include "guc.h"
+#include "scripts.h"
+#include "server/server.h"
+#include "stats.h"
+
+static void redis_conn_disconnect(RedisConn *conn);
 
 /* Every connection entry of this backend, retired ones included */
 static dlist_head connections = DLIST_STATIC_INIT(connections);
@@ -155,7 +160,7 @@ user_mapping_options(Oid userid, Oid serverid)
 }
 
 /* Is any node of the entry connected? */
-bool
+static bool
 redis_conn_is_connected(const RedisConn *conn)
 {
 	int			i;
@@ -166,26 +171,30 @@ redis_conn_is_connected(const RedisConn *conn)
 	return false;
 }
 
-/* Close the connections to every node of the entry */
-void
+/* Close the connections to every node of the entry, subscribers too */
+static void
 redis_conn_disconnect(RedisConn *conn)
 {
+	ListCell   *lc;
 	int			i;
 
 	for (i = 0; i < conn->nnodes; i++)
 		node_disconnect(conn->nodes[i]);
-	wake_close(conn);
+	foreach(lc, conn->subscribers)
+		node_disconnect(lfirst(lc));
 }
 
 /* Free a connection entry that is no longer wanted */
 static void
 free_connection(RedisConn *conn)
 {
+	ListCell   *lc;
 	int			i;
 
 	for (i = 0; i < conn->nnodes; i++)
 		node_destroy(conn->nodes[i]);
-	wake_close(conn);
+	foreach(lc, conn->subscribers)
+		node_destroy(lfirst(lc));
 	dlist_delete(&conn->node_link);
 	MemoryContextDelete(conn->cxt);
 	pfree(conn);

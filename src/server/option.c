@@ -22,7 +22,7 @@
 #include "lib/stringinfo.h"
 #include "port/pg_bitutils.h"
 
-#include "redislock.h"
+#include "server/server.h"
 
 /* The options, in the order that hints list them */
 typedef enum OptionId

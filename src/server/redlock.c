@@ -27,7 +27,7 @@
 
 #include "lib/stringinfo.h"
 
-#include "topology.h"
+#include "server/server.h"
 
 /* What the copies of one call on a Redlock server have answered so far */
 typedef struct Quorum

@@ -16,7 +16,7 @@
 
 #include "utils/memutils.h"
 
-#include "topology.h"
+#include "server/server.h"
 
 /*
  * Split "host:port" in place; the host may be bracketed, as IPv6 addresses
@@ -147,6 +147,24 @@ redis_conn_add_endpoints(RedisConn *conn, List *endpoints, const char *role)
 			node->is_sentinel = strcmp(role, "sentinel") == 0;
 		}
 	}
+}
+
+/*
+ * A connection of its own to master, for subscriptions: it carries nothing
+ * but pub/sub, so it is no node of the server's, but the entry closes it
+ * with them.
+ */
+RedisNode *
+redis_conn_add_subscriber(RedisConn *conn, const RedisNode *master)
+{
+	RedisNode  *node = node_create(conn, master->host, master->port,
+								   master->unix_socket);
+	MemoryContext oldcxt = MemoryContextSwitchTo(conn->cxt);
+
+	node->role = "subscriber";
+	conn->subscribers = lappend(conn->subscribers, node);
+	MemoryContextSwitchTo(oldcxt);
+	return node;
 }
 
 /*

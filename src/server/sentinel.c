@@ -19,7 +19,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "topology.h"
+#include "server/server.h"
+#include "stats.h"
 
 /* How long a master found through the Sentinels is trusted (milliseconds) */
 #define MASTER_RECHECK_MS	1000

@@ -16,7 +16,7 @@
  */
 #include "postgres.h"
 
-#include "topology.h"
+#include "server/server.h"
 
 /* A single server: its one node, made from host and port or unix_socket */
 static void
@@ -40,7 +40,7 @@ one_master(RedisConn *conn)
 	return &conn->nodes[Max(conn->master_index, 0)];
 }
 
-const RedisTopology single_topology = {
+static const RedisTopology single_topology = {
 	.init = single_init,
 };
 

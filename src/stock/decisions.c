@@ -31,7 +31,7 @@
 #include "utils/timestamp.h"
 #include "utils/xid8.h"
 
-#include "redislock.h"
+#include "stock/stock.h"
 
 #define DECISIONS_TABLE		"redis_stock_decrements"
 

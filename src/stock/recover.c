@@ -59,7 +59,10 @@
 #include "utils/tuplestore.h"
 #include "utils/xid8.h"
 
-#include "redislock.h"
+#include "guc.h"
+#include "scripts.h"
+#include "stats.h"
+#include "stock/stock.h"
 
 /* Keys looked at per SCAN */
 #define SCAN_COUNT	"1000"

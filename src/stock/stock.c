@@ -34,7 +34,9 @@
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
-#include "redislock.h"
+#include "scripts.h"
+#include "stats.h"
+#include "stock/stock.h"
 
 /* A decrement that a rollback must give back */
 typedef struct PendingDecrement

@@ -37,8 +37,8 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
-#include "redislock.h"
-#include "worker.h"
+#include "server/server.h"
+#include "worker/worker.h"
 
 /*
  * The longest that a recovery waits for a lock, on the decisions table or

@@ -36,9 +36,9 @@
 #include "storage/latch.h"
 #include "utils/memutils.h"
 
-#include "redislock.h"
-#include "topology.h"
-#include "worker.h"
+#include "guc.h"
+#include "lock/lock.h"
+#include "worker/worker.h"
 
 typedef struct WakerNode WakerNode;
 

@@ -44,8 +44,10 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
-#include "redislock.h"
-#include "worker.h"
+#include "guc.h"
+#include "lock/lock.h"
+#include "stats.h"
+#include "worker/worker.h"
 
 /* A renewal that got no answer is tried again this much later (ms) */
 #define RENEW_RETRY_MS		200

@@ -84,11 +84,9 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-#include "redislock.h"
-#include "worker.h"
-
-/* redislock.max_workers: the slots of the table, set in redislock.c */
-int			redislock_max_workers = 4;
+#include "guc.h"
+#include "server/server.h"
+#include "worker/worker.h"
 
 /*
  * The pause before the first new try of a failed recovery, and the
@@ -99,9 +97,6 @@ int			redislock_max_workers = 4;
 #define LAST_RETRY_MS		30000
 #define FIRST_RESTART_MS	100
 #define LAST_RESTART_MS		1000
-
-/* redislock.recover_interval: ms between two recoveries, 0 for none */
-static int	recover_interval_ms = 300000;
 
 /*
  * How often the launcher looks for commands that need a worker's database,
@@ -240,14 +235,6 @@ void
 redislock_init_worker(void)
 {
 	BackgroundWorker launcher;
-
-	DefineCustomIntVariable("redislock.recover_interval",
-							"Time between two stock recoveries by the background worker.",
-							"Besides the recovery at server start and after a crash, the worker recovers stock in every database this often, which also deletes the rows of decrements whose records are gone; 0 recovers only at start.",
-							&recover_interval_ms,
-							300000, 0, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_MS,
-							NULL, NULL, NULL);
 
 	define_worker(&launcher, "redislock_launcher_main", "redislock launcher");
 	launcher.bgw_restart_time = LAUNCHER_RESTART_S;
@@ -826,9 +813,9 @@ start_due_recovery(void)
 static TimestampTz
 sweep_after(TimestampTz now)
 {
-	if (recover_interval_ms == 0)
+	if (redislock_recover_interval == 0)
 		return DT_NOEND;
-	return TimestampTzPlusMilliseconds(now, recover_interval_ms);
+	return TimestampTzPlusMilliseconds(now, redislock_recover_interval);
 }
 
 /* The launcher's sleep, timeout (-1: none), cut to the sweep when due */
@@ -864,7 +851,7 @@ void
 redislock_launcher_main(Datum main_arg)
 {
 	bool		primary = false;
-	int			interval = recover_interval_ms;
+	int			interval = redislock_recover_interval;
 	TimestampTz next_sweep = DT_NOEND;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -910,9 +897,9 @@ redislock_launcher_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 			/* only a new interval moves the next sweep */
-			if (recover_interval_ms != interval && primary)
+			if (redislock_recover_interval != interval && primary)
 				next_sweep = sweep_after(GetCurrentTimestamp());
-			interval = recover_interval_ms;
+			interval = redislock_recover_interval;
 		}
 	}
 }

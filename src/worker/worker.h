@@ -17,13 +17,13 @@
 
 #include "datatype/timestamp.h"
 
+struct RedisConn;
+struct WaitEventSet;
+
 /* Work for a database's worker, as bits of a request */
 #define REDISLOCK_WORK_RENEW	0x0002	/* renew the leases of held locks */
 #define REDISLOCK_WORK_WAKE		0x0004	/* listen for the releases of locks
 										 * that backends wait for */
-
-/* redislock.max_workers: the database workers that may run at once */
-extern int	redislock_max_workers;
 
 extern void redislock_init_worker(void);
 extern void worker_shmem_request(void);
@@ -41,6 +41,12 @@ extern void redislock_recovery_succeeded(void);
 extern int	waker_serve(void);
 extern int	waker_nsockets(void);
 extern void waker_add_sockets(struct WaitEventSet *set);
+
+/*
+ * The lease watchdog (watchdog.c), run by a database's worker: it renews
+ * the leases of the locks granted in its database.
+ */
+extern TimestampTz watchdog_renew_due_leases(void);
 
 /* Entry points, which the postmaster looks up by name */
 extern PGDLLEXPORT void redislock_launcher_main(Datum main_arg);

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * topology.h
+ * server.h
  *		Redis servers: the options of a foreign server, the connection
  *		cache, the nodes a server knows and the topology of each kind of
  *		server (option.c, connection.c, registry.c, topology.c, cluster.c,
@@ -8,12 +8,13 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef REDISLOCK_TOPOLOGY_H
-#define REDISLOCK_TOPOLOGY_H
+#ifndef REDISLOCK_SERVER_H
+#define REDISLOCK_SERVER_H
 
 #include "lib/ilist.h"
 
-#include "node.h"
+#include "io/io.h"
+#include "keys.h"
 
 /* What a foreign server names: one Redis, or the seeds of a Redis Cluster */
 typedef enum RedisServerKind
@@ -49,9 +50,6 @@ typedef struct RedisServerOptions
 
 extern void redis_read_options(RedisServerOptions *opts, List *server_options,
 							   List *mapping_options);
-
-/* The hash slots of Redis Cluster */
-#define REDIS_CLUSTER_SLOTS 16384
 
 /*
  * One connection cache entry: a foreign server and user, the options they
@@ -96,6 +94,8 @@ typedef struct RedisConn
 	bool		map_stale;		/* ask for the slot map or master first */
 	uint64		routed_round;	/* redis_route_calls() that last asked */
 	int			master_index;	/* Sentinel: the master in nodes, or -1 */
+	List	   *subscribers;	/* nodes of their own for subscriptions,
+								 * closed with the others (registry.c) */
 	List	   *wake_nodes;		/* subscriptions of lock waits (wake.c) */
 	TimestampTz master_checked_at;	/* Sentinel: when it was last named */
 } RedisConn;
@@ -107,8 +107,6 @@ extern void redis_conn_pin(RedisConn *conn);
 extern void redis_conn_unpin(RedisConn *conn);
 extern void redis_conns_end_xact(void);
 extern void redislock_init_connections(void);
-extern bool redis_conn_is_connected(const RedisConn *conn);
-extern void redis_conn_disconnect(RedisConn *conn);
 
 /*
  * A question that a topology asks its nodes to learn where calls go (a
@@ -172,7 +170,6 @@ typedef struct RedisTopology
 	int			(*drift_ms) (int ttl_ms);
 } RedisTopology;
 
-extern const RedisTopology single_topology;
 extern const RedisTopology cluster_topology;
 extern const RedisTopology sentinel_topology;
 extern const RedisTopology redlock_topology;
@@ -196,67 +193,15 @@ extern RedisCall **redis_expand_calls(RedisCall *calls, int ncalls,
 									  int *npending);
 extern bool redis_decide_calls(RedisCall *calls, int ncalls, int elevel);
 
-/*
- * Waiting for a lock's release (wake.c): what a wait hears of it, and
- * what ended a wait
- */
-#define WAKE_ANNOUNCED	0x01	/* our releases, on the waiter's channel */
-#define WAKE_KEYSPACE	0x02	/* other clients' releases and expiries */
-#define WAKE_LOST		0x04	/* a worker cannot listen, or no longer does */
-
-typedef enum WakeCause
-{
-	WAKE_TIMEOUT,				/* nothing heard within the time given */
-	WAKE_RELEASED,				/* a release or expiry was heard */
-	WAKE_LATCH					/* the latch was set: look again now */
-} WakeCause;
-
-/* What a keyspace event of a lock's key says of the lock */
-typedef enum KeyspaceEvent
-{
-	KEYSPACE_KEEPS,				/* a lease renewal, a SET: still held */
-	KEYSPACE_FREES,				/* an expiry, an eviction */
-	KEYSPACE_DEL				/* a DEL, which our releases announce too */
-} KeyspaceEvent;
-
-/* What came on a subscription connection (wake_reply_kind()) */
-typedef enum WakeReplyKind
-{
-	WAKE_REPLY_OTHER,			/* nothing a subscriber acts on */
-	WAKE_REPLY_ERROR,			/* an error reply */
-	WAKE_REPLY_MESSAGE,			/* [s]message, channel, payload */
-	WAKE_REPLY_SUBSCRIBED,		/* a [s]subscribe confirmed */
-	WAKE_REPLY_UNSUBSCRIBED,	/* an [s]unsubscribe, asked for or not */
-	WAKE_REPLY_KEYSPACE_CONFIG	/* CONFIG GET notify-keyspace-events */
-} WakeReplyKind;
-
-extern bool wake_element_is(const struct redisReply *reply, int i,
-							const char *str, int len);
-extern WakeReplyKind wake_reply_kind(const struct redisReply *reply);
-extern bool wake_keyspace_events_on(const struct redisReply *reply);
-extern KeyspaceEvent wake_keyspace_event(const char *event);
-extern char *wake_keyspace_channel(RedisConn *conn, const char *key,
-								   int keylen, int *len);
-extern bool wake_listening(RedisConn *conn, const char *key, int keylen,
-						   const char *channel, int channellen);
-extern int	wake_subscribe(RedisConn *conn, const char *key, int keylen,
-						   const char *channel, int channellen,
-						   RedisDeadline deadline);
-extern WakeCause wake_wait(RedisConn *conn, long timeout_ms,
-						   bool holder_announces);
-extern void wake_end(RedisConn *conn, bool granted);
-extern void wake_close(RedisConn *conn);
-
-/* The Redis Cluster hash slot of a key (cluster.c) */
-extern int	redis_key_slot(const char *key, int len);
-
 /* The nodes of a server (registry.c) */
 extern bool redis_split_endpoint(char *entry, char **host, int *port);
 extern List *redis_parse_endpoints(const char *list, const char **bad_entry);
 extern void redis_conn_add_endpoints(RedisConn *conn, List *endpoints,
 									 const char *role);
 extern int	redis_conn_node_index(RedisConn *conn, const char *host, int port);
+extern RedisNode *redis_conn_add_subscriber(RedisConn *conn,
+											const RedisNode *master);
 extern int	redis_conn_nodes_to_ask(RedisConn *conn, bool sentinels,
 									RedisNode ***nodes);
 
-#endif							/* REDISLOCK_TOPOLOGY_H */
+#endif							/* REDISLOCK_SERVER_H */

@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
- * node.h
- *		Redis I/O: nodes, the calls sent to them and their deadlines, and
- *		running sets of calls (node.c, addressbook.c, resp.c, call.c,
- *		batch.c, cleanup.c).
+ * io.h
+ *		Redis I/O: a non-blocking socket per node, the addresses of host
+ *		names, RESP, and the calls sent to nodes with their replies
+ *		(node.c, addressbook.c, resp.c, call.c).
  *
  *-------------------------------------------------------------------------
  */
-#ifndef REDISLOCK_NODE_H
-#define REDISLOCK_NODE_H
+#ifndef REDISLOCK_IO_H
+#define REDISLOCK_IO_H
 
 #include "lib/ilist.h"
 #include "lib/stringinfo.h"
@@ -19,27 +19,10 @@
 
 #include "compat.h"
 
-
 struct redisReader;
 struct redisReply;
 
 struct RedisConn;
-
-/* Settings (redislock.*), defined in redislock.c */
-extern char *redislock_server_name;
-extern int	redislock_connect_timeout;
-extern int	redislock_command_timeout;
-extern int	redislock_end_timeout_limit;
-extern bool redislock_verify_before_commit;
-extern bool redislock_lease_renewal;
-extern int	redislock_lease_renewal_limit;
-extern int	redislock_purge_delay;
-extern int	redislock_max_locks;
-
-/* Loaded by shared_preload_libraries: shared memory is there */
-extern bool redislock_preloaded;
-
-
 
 /* The addresses of a host name that a node or the address book keeps */
 #define REDIS_HOST_MAX_ADDRS 8
@@ -136,7 +119,6 @@ extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 extern bool node_may_look_up(void);
 extern bool node_find_addresses(RedisNode *node, bool look_up,
 								const char **reason);
-extern Size addressbook_shmem_size(void);
 extern void addressbook_shmem_request(void);
 extern void addressbook_shmem_startup(void);
 
@@ -184,24 +166,7 @@ typedef struct RedisCall
 extern void resp_append_call(StringInfo buf, const RedisCall *call);
 extern void resp_append_script_load(StringInfo buf, const RedisScript *script);
 
-/*
- * An absolute deadline, the bound it came from for messages, whether that
- * bound is lock_timeout (a timeout is then a lock timeout), and whether it
- * counts from the first byte sent (command_timeout), so that connecting,
- * which has connect_timeout of its own, starts it again.  A lock_timeout
- * and the bound of a transaction end cover everything, connecting
- * included.  The calls of a transaction end carry its number, so that a
- * node that failed in it is left alone for the rest of it.
- */
-typedef struct RedisDeadline
-{
-	TimestampTz at;
-	int			ms;
-	bool		lock_timeout;
-	bool		from_first_byte;
-	uint64		end_id;			/* the transaction end's, 0 for none */
-} RedisDeadline;
-
+/* Building calls and reading their replies (call.c) */
 extern void redis_call_init(RedisCall *call, struct RedisConn *conn,
 							const RedisScript *script);
 extern void redis_call_arg(RedisCall *call, const char *arg, size_t len);
@@ -212,26 +177,6 @@ extern bool redis_replicas_acknowledged(const RedisCall *wait);
 pg_noreturn extern void redis_report_replicas(const RedisCall *wait,
 											  const char *key,
 											  const char *undone);
-extern RedisDeadline redis_command_deadline(void);
-extern void redis_connect(struct RedisConn *conn, const char *key, int keylen,
-						  int slot);
-extern int	redis_conn_masters(struct RedisConn *conn, RedisNode ***masters);
-extern void redis_open_node(RedisNode *node);
-extern void redis_run(RedisCall *calls, int ncalls);
-extern bool redis_run_until(RedisCall *calls, int ncalls,
-							RedisDeadline deadline, int elevel);
-
-/* Calls whose replies nobody waits for (cleanup.c) */
-extern void redis_send_deferred(RedisCall *calls, int ncalls);
-extern void redis_send_hello(RedisNode *node);
-extern void redis_hold_hdel(struct RedisConn *conn, const char *key,
-							int keylen, const char *field, int fieldlen);
-extern void redis_send_cleanup(RedisCall *call, uint64 end_id);
-extern void redis_send_queued_cleanup(RedisNode *node);
-extern void redis_release_held(RedisNode *node, RedisCall **calls,
-							   int ncalls);
-extern void redis_drop_reply(RedisNode *node, struct redisReply *reply);
-
 extern void redis_unexpected_reply(const RedisCall *call, const char *key,
 								   int elevel);
 extern bool redis_reply_is_error(const RedisCall *call, const char *code);
@@ -251,53 +196,4 @@ typedef struct RedisBatch
 
 extern RedisCall *redis_batch_add(RedisBatch *batch);
 
-/*
- * What redis_stats() counts per server, over all backends, when the
- * library is preloaded (stats.c).  Each layer counts what it does; the
- * lease watchdog and stock recovery count renewals, leases lost and
- * decrements recovered with redis_count() as well.
- */
-typedef enum RedisStat
-{
-	REDIS_STAT_CALLS,			/* commands sent */
-	REDIS_STAT_ROUND_TRIPS,		/* commands sent to a node and waited for */
-	REDIS_STAT_ERRORS,			/* nodes that failed a run, error replies */
-	REDIS_STAT_RECONNECTS,		/* connects of a node connected before */
-	REDIS_STAT_REDIRECTS,		/* MOVED and ASK followed */
-	REDIS_STAT_FAILOVERS,		/* a master found replaced */
-	REDIS_STAT_ACQUIRES,		/* locks taken */
-	REDIS_STAT_ACQUIRE_WAITS,	/* acquires that waited */
-	REDIS_STAT_ACQUIRE_TIMEOUTS,	/* waits that ended without the lock */
-	REDIS_STAT_WAIT_MS,			/* time those waits took */
-	REDIS_STAT_RENEWALS,		/* leases renewed by the watchdog */
-	REDIS_STAT_LEASES_LOST,		/* held locks found expired or taken */
-	REDIS_STAT_GIVE_BACKS,		/* rolled-back decrements given back */
-	REDIS_STAT_RECOVERED,		/* decrements given back by recovery */
-	REDIS_NUM_STATS
-} RedisStat;
-
-struct RedisServerStats;
-
-extern struct RedisServerStats *redis_server_stats(Oid serverid,
-												   const char *servername);
-extern void redis_count(struct RedisConn *conn, RedisStat stat, int64 n);
-extern Size stats_shmem_size(void);
-extern void stats_shmem_request(void);
-extern void stats_shmem_startup(void);
-
-/*
- * What only a preloaded library has (shared memory) is refused otherwise,
- * with a hint that says how to have it.
- */
-static inline void
-redis_require_preload(const char *funcname)
-{
-	if (!redislock_preloaded)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("redislock must be loaded via shared_preload_libraries to use %s()",
-						funcname),
-				 errhint("Add redislock to shared_preload_libraries in postgresql.conf and restart the server.")));
-}
-
-#endif							/* REDISLOCK_NODE_H */
+#endif							/* REDISLOCK_IO_H */

@@ -1,0 +1,190 @@
+/*-------------------------------------------------------------------------
+ *
+ * lock.h
+ *		Redis locks: the locks a backend holds (lock.c), the shared lock
+ *		table of a preloaded library (locktable.c), and the subscriptions
+ *		that wake a lock's waiters (wake.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDISLOCK_LOCK_H
+#define REDISLOCK_LOCK_H
+
+#include "port/atomics.h"
+
+#include "calls/calls.h"
+
+/*
+ * Transaction-end hooks of lock.c and stock.c, driven by xact.c.  Each
+ * queues its Redis work in the batch, with an on_reply callback that
+ * reports failures and forgets what is done once the batch has run.
+ */
+extern bool locks_have_xact_holds(void);
+extern void lock_extend_call(RedisCall *call, RedisConn *conn,
+							 const char *rkey, int rkeylen, int slot,
+							 const char *fence_key, int fence_keylen,
+							 const char *token, int ttl_ms,
+							 const char *hold_fence);
+extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
+								  TimestampTz start);
+extern void locks_verify_before_commit(void);
+extern void locks_end_xact(RedisBatch *batch, bool session_too);
+extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
+
+/*
+ * The shared lock table (locktable.c), when the library is preloaded: an
+ * entry for every Redis lock that a backend holds or waits for.
+ *
+ * What the holder publishes of a lock, and what redis_locks() shows.
+ */
+typedef struct RedisLockState
+{
+	bool		granted;		/* false while the holder waits for it */
+	bool		session;		/* while waiting: asked for a session hold */
+	int			session_holds;
+	int			xact_holds;
+	int			ttl_ms;
+	int64		fence;
+	TimestampTz waiting_since;	/* 0 once granted */
+	TimestampTz acquired_at;
+	TimestampTz lease_expires_at;
+	TimestampTz renew_until;	/* the lease watchdog renews the lease until
+								 * then (DT_NOEND: no limit), 0: it does not */
+} RedisLockState;
+
+/*
+ * The part of a Redis key that an entry keeps, the server's key prefix
+ * included: a longer key is shown cut, and cannot be renewed for its
+ * holder (key_complete is false).
+ */
+#define REDISLOCK_ENTRY_KEY_LEN		256
+
+/* Room for an owner token: "pg:" host(64) ":" port ":" pid ":" server ":" 32 hex */
+#define REDISLOCK_TOKEN_HOST_LEN	64
+#define REDISLOCK_TOKEN_LEN			136
+
+/*
+ * One entry.  The holder writes it, under the table's lock, except next,
+ * which links the table's chains; what a renewer (the lease watchdog)
+ * writes are the atomics at its end.  Everything a renewer needs is here:
+ * the database, the user whose user mapping the holder used, the server,
+ * the key and owner token, the ttl, and the holder's pid and PGPROC
+ * number.  id is unique over the life of the
+ * table: an entry whose id changed belongs to another lock, and an entry
+ * outlives neither its lock nor its backend.
+ */
+typedef struct RedisLockEntry
+{
+	int			index;			/* its place in the table, fixed */
+	int			next;			/* the next free entry, or while in use the
+								 * next in its hash chain; -1 for none */
+	uint64		id;				/* 0 while free */
+	int			pid;			/* the holder (or waiter) */
+	int			procno;			/* its PGPROC number */
+	Oid			dbid;
+	Oid			roleid;			/* the holder's session user: who sees key */
+	Oid			userid;			/* whose user mapping the holder used */
+	Oid			serverid;
+	NameData	servername;
+	int			keylen;			/* the whole Redis key's length */
+	int			prefixlen;		/* of the server's key prefix */
+	uint32		keyhash;		/* of the whole key, for comparing cut keys */
+	bool		key_complete;	/* keylen <= REDISLOCK_ENTRY_KEY_LEN */
+	char		key[REDISLOCK_ENTRY_KEY_LEN];	/* not NUL-terminated */
+	char		token[REDISLOCK_TOKEN_LEN];
+	RedisLockState state;
+	pg_atomic_uint32 lost;		/* the lease was found lost */
+	pg_atomic_uint64 renewals;	/* by the watchdog */
+	pg_atomic_uint64 renewed_until; /* its last renewal's lease end */
+	/* a waiter's request that the worker listen for releases (waker.c) */
+	pg_atomic_uint32 wake_asked;	/* the request's number, 0 for none */
+	pg_atomic_uint32 wake_answered; /* the last request answered */
+	pg_atomic_uint32 wake_hears;	/* and its answer, WAKE_* bits */
+	pg_atomic_uint32 wake_heard;	/* the worker heard a release since */
+	pg_atomic_uint32 wake_holder_announces; /* a DEL is announced anyway */
+} RedisLockEntry;
+
+/* How a backend, or a renewer, names an entry: its place and its id */
+typedef struct LockTableRef
+{
+	int			index;			/* -1: no shared table */
+	uint64		id;
+} LockTableRef;
+
+extern void locktable_shmem_request(void);
+extern void locktable_shmem_startup(void);
+extern void locktable_exit(int code, Datum arg);
+extern LockTableRef locktable_claim(RedisConn *conn, const char *rkey,
+									int rkeylen, const RedisLockState *state);
+extern void locktable_publish(LockTableRef ref, const RedisLockState *state);
+extern void locktable_release(LockTableRef ref);
+extern bool locktable_wait_turn(LockTableRef ref, long timeout_ms);
+extern RedisLockEntry *locktable_copy(int *count);
+extern RedisLockEntry *locktable_copy_database(bool listens_only, int *count);
+extern bool locktable_note_renewal(LockTableRef ref,
+								   TimestampTz lease_expires_at);
+extern bool locktable_mark_lost(LockTableRef ref);
+extern bool locktable_lease_lost(LockTableRef ref);
+extern uint32 locktable_wake_ask(LockTableRef ref);
+extern int	locktable_wake_answer(LockTableRef ref, uint32 asked);
+extern void locktable_wake_holder_announces(LockTableRef ref, bool announces);
+extern bool locktable_wake_take_heard(LockTableRef ref);
+extern void locktable_wake_end(LockTableRef ref);
+extern uint32 locktable_wake_changes(void);
+extern void locktable_wake_reply(LockTableRef ref, uint32 asked, int hears);
+extern void locktable_wake_heard(LockTableRef ref, bool del);
+extern bool locktable_key_visible(Oid roleid);
+extern text *locktable_user_key(const RedisLockEntry *entry);
+
+/*
+ * Waiting for a lock's release (wake.c): what a wait hears of it, and
+ * what ended a wait
+ */
+#define WAKE_ANNOUNCED	0x01	/* our releases, on the waiter's channel */
+#define WAKE_KEYSPACE	0x02	/* other clients' releases and expiries */
+#define WAKE_LOST		0x04	/* a worker cannot listen, or no longer does */
+
+typedef enum WakeCause
+{
+	WAKE_TIMEOUT,				/* nothing heard within the time given */
+	WAKE_RELEASED,				/* a release or expiry was heard */
+	WAKE_LATCH					/* the latch was set: look again now */
+} WakeCause;
+
+/* What a keyspace event of a lock's key says of the lock */
+typedef enum KeyspaceEvent
+{
+	KEYSPACE_KEEPS,				/* a lease renewal, a SET: still held */
+	KEYSPACE_FREES,				/* an expiry, an eviction */
+	KEYSPACE_DEL				/* a DEL, which our releases announce too */
+} KeyspaceEvent;
+
+/* What came on a subscription connection (wake_reply_kind()) */
+typedef enum WakeReplyKind
+{
+	WAKE_REPLY_OTHER,			/* nothing a subscriber acts on */
+	WAKE_REPLY_ERROR,			/* an error reply */
+	WAKE_REPLY_MESSAGE,			/* [s]message, channel, payload */
+	WAKE_REPLY_SUBSCRIBED,		/* a [s]subscribe confirmed */
+	WAKE_REPLY_UNSUBSCRIBED,	/* an [s]unsubscribe, asked for or not */
+	WAKE_REPLY_KEYSPACE_CONFIG	/* CONFIG GET notify-keyspace-events */
+} WakeReplyKind;
+
+extern bool wake_element_is(const struct redisReply *reply, int i,
+							const char *str, int len);
+extern WakeReplyKind wake_reply_kind(const struct redisReply *reply);
+extern bool wake_keyspace_events_on(const struct redisReply *reply);
+extern KeyspaceEvent wake_keyspace_event(const char *event);
+extern char *wake_keyspace_channel(RedisConn *conn, const char *key,
+								   int keylen, int *len);
+extern bool wake_listening(RedisConn *conn, const char *key, int keylen,
+						   const char *channel, int channellen);
+extern int	wake_subscribe(RedisConn *conn, const char *key, int keylen,
+						   const char *channel, int channellen,
+						   RedisDeadline deadline);
+extern WakeCause wake_wait(RedisConn *conn, long timeout_ms,
+						   bool holder_announces);
+extern void wake_end(RedisConn *conn, bool granted);
+extern void wake_close(RedisConn *conn);
+
+#endif							/* REDISLOCK_LOCK_H */

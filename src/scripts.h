@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * scripts.h
+ *		The Lua scripts that redislock runs with EVALSHA (scripts.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef REDISLOCK_SCRIPTS_H
+#define REDISLOCK_SCRIPTS_H
+
+#include "io/io.h"
+
+extern RedisScript acquire_script;
+extern RedisScript release_script;
+extern RedisScript abandon_script;
+extern RedisScript extend_script;
+extern RedisScript stock_decr_script;
+extern RedisScript stock_giveback_script;
+extern RedisScript stock_set_script;
+
+extern void redislock_init_scripts(void);
+
+#endif							/* REDISLOCK_SCRIPTS_H */
