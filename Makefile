@@ -20,8 +20,9 @@ DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \
 	sql/redislock--1.0--1.1.sql sql/redislock--1.1--1.2.sql \
 	sql/redislock--1.2--1.3.sql
 
-# Regression tests: sql/*.sql, expected/*.out.  Isolation specs:
-# test/specs/*.spec, expected/*.out (see "Test conventions" below).
+# Regression tests: test/sql/*.sql, test/expected/*.out.  Isolation specs:
+# test/specs/*.spec, test/expected/*.out (see "Test conventions" below).
+# sql/ holds only the extension's install and update scripts (DATA).
 REGRESS = setup fdw_options errors locks stacking transactions stock \
 	binary_keys privileges seckill_example connections
 
@@ -44,13 +45,14 @@ EXTRA_CLEAN += exports.map tmp_check
 # Redis at REDIS_HOST:REDIS_PORT; test/installcheck-prep checks that Redis
 # answers and makes the isolation database, pointed at it, beforehand (the
 # specs cannot read the environment), so pg_isolation_regress uses that one.
-# It also makes the specs visible as output_iso/specs, where
-# pg_isolation_regress looks before the input directory, so that both
-# suites take the top level as input directory and one expected/.
+# Both suites take test/ as input directory: pg_regress reads sql/ and
+# expected/ there, pg_isolation_regress specs/ and expected/; their results
+# and regression.diffs go to the top level and to output_iso/.
 REDIS_HOST ?= 127.0.0.1
 export REDIS_HOST REDIS_PORT
 REGRESS_PREP = installcheck-prep
-ISOLATION_OPTS = --use-existing
+REGRESS_OPTS = --inputdir=$(srcdir)/test
+ISOLATION_OPTS = --use-existing --inputdir=$(srcdir)/test
 
 # The headers: one a subsystem, each in its folder
 PG_CPPFLAGS = -I$(srcdir)/src
@@ -73,10 +75,6 @@ $(shlib): exports.map
 .PHONY: installcheck-prep prove_installcheck
 installcheck-prep:
 	bash $(srcdir)/test/installcheck-prep '$(bindir)' $(if $(ISOLATION),$(ISOLATION_TESTDB))
-ifdef ISOLATION
-	$(MKDIR_P) output_iso
-	ln -sfn '$(abspath $(srcdir))/test/specs' output_iso/specs
-endif
 
 # "make prove_installcheck" runs the TAP tests of test/t, which start their
 # own PostgreSQL and Redis, with the installed extension; PROVE_FLAGS gives
