@@ -361,6 +361,19 @@ redis_prefix_is_valid(const char *prefix)
 	return close != NULL && close > open + 1;
 }
 
+/* The keyspace channel of key in a server's database */
+char *
+redis_keyspace_channel(int database, const char *key, int keylen, int *len)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "__keyspace@%d__:", database);
+	appendBinaryStringInfo(&buf, key, keylen);
+	*len = buf.len;
+	return buf.data;
+}
+
 /*
  * Key argument argno of a SQL function, checked (neither NULL nor empty)
  * before the server is looked up or Redis asked: redis_key() makes the

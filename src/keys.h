@@ -48,6 +48,8 @@ extern char *redis_sibling_owner(const char *rkey, int rkeylen, int prefixlen,
 								 RedisSiblingKind kind, int *ownerlen);
 extern char *redis_sibling_pattern(const char *prefix, RedisSiblingKind kind);
 extern bool redis_prefix_is_valid(const char *prefix);
+extern char *redis_keyspace_channel(int database, const char *key,
+									int keylen, int *len);
 
 
 /* The hash slots of Redis Cluster, and the slot of a key */

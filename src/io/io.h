@@ -3,7 +3,8 @@
  * io.h
  *		Redis I/O: a non-blocking socket per node, the addresses of host
  *		names, RESP, and the calls sent to nodes with their replies
- *		(node.c, addressbook.c, resp.c, call.c).
+ *		and reading subscription connections (node.c, addressbook.c,
+ *		resp.c, call.c, pubsub.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -186,6 +187,32 @@ extern int	redis_error_hint(const RedisCall *call);
 extern void redis_note_hello(RedisNode *node, const struct redisReply *reply);
 extern void redis_call_take_reply(RedisCall *call, struct redisReply *reply);
 
+/* Reading subscription connections (pubsub.c) */
+
+/* What a keyspace event says of a lock's key */
+typedef enum KeyspaceEvent
+{
+	KEYSPACE_KEEPS,				/* a lease renewal, a SET: still held */
+	KEYSPACE_FREES,				/* an expiry, an eviction */
+	KEYSPACE_DEL				/* a DEL, which our releases announce too */
+} KeyspaceEvent;
+
+/* What came on a subscription connection (pubsub_reply_kind()) */
+typedef enum PubsubReplyKind
+{
+	PUBSUB_REPLY_OTHER,			/* nothing a subscriber acts on */
+	PUBSUB_REPLY_ERROR,			/* an error reply */
+	PUBSUB_REPLY_MESSAGE,			/* [s]message, channel, payload */
+	PUBSUB_REPLY_SUBSCRIBED,		/* a [s]subscribe confirmed */
+	PUBSUB_REPLY_UNSUBSCRIBED,	/* an [s]unsubscribe, asked for or not */
+	PUBSUB_REPLY_KEYSPACE_CONFIG	/* CONFIG GET notify-keyspace-events */
+} PubsubReplyKind;
+
+extern bool pubsub_element_is(const struct redisReply *reply, int i,
+							const char *str, int len);
+extern PubsubReplyKind pubsub_reply_kind(const struct redisReply *reply);
+extern bool pubsub_keyspace_events_on(const struct redisReply *reply);
+extern KeyspaceEvent pubsub_keyspace_event(const char *event);
 /* A set of calls that grows: those of a transaction end, for one */
 typedef struct RedisBatch
 {

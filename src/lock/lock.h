@@ -151,32 +151,6 @@ typedef enum WakeCause
 	WAKE_LATCH					/* the latch was set: look again now */
 } WakeCause;
 
-/* What a keyspace event of a lock's key says of the lock */
-typedef enum KeyspaceEvent
-{
-	KEYSPACE_KEEPS,				/* a lease renewal, a SET: still held */
-	KEYSPACE_FREES,				/* an expiry, an eviction */
-	KEYSPACE_DEL				/* a DEL, which our releases announce too */
-} KeyspaceEvent;
-
-/* What came on a subscription connection (wake_reply_kind()) */
-typedef enum WakeReplyKind
-{
-	WAKE_REPLY_OTHER,			/* nothing a subscriber acts on */
-	WAKE_REPLY_ERROR,			/* an error reply */
-	WAKE_REPLY_MESSAGE,			/* [s]message, channel, payload */
-	WAKE_REPLY_SUBSCRIBED,		/* a [s]subscribe confirmed */
-	WAKE_REPLY_UNSUBSCRIBED,	/* an [s]unsubscribe, asked for or not */
-	WAKE_REPLY_KEYSPACE_CONFIG	/* CONFIG GET notify-keyspace-events */
-} WakeReplyKind;
-
-extern bool wake_element_is(const struct redisReply *reply, int i,
-							const char *str, int len);
-extern WakeReplyKind wake_reply_kind(const struct redisReply *reply);
-extern bool wake_keyspace_events_on(const struct redisReply *reply);
-extern KeyspaceEvent wake_keyspace_event(const char *event);
-extern char *wake_keyspace_channel(RedisConn *conn, const char *key,
-								   int keylen, int *len);
 extern bool wake_listening(RedisConn *conn, const char *key, int keylen,
 						   const char *channel, int channellen);
 extern int	wake_subscribe(RedisConn *conn, const char *key, int keylen,

@@ -205,74 +205,21 @@ send_commands(WakeNode *wn)
 	return false;
 }
 
-/* Does a CONFIG GET notify-keyspace-events answer hold K, g and x? */
-bool
-wake_keyspace_events_on(const redisReply *reply)
-{
-	const char *flags;
-
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-		reply->element[1]->type != REDIS_REPLY_STRING)
-		return false;
-	flags = reply->element[1]->str;
-	return strchr(flags, 'K') != NULL &&
-		(strchr(flags, 'A') != NULL ||
-		 (strchr(flags, 'g') != NULL && strchr(flags, 'x') != NULL));
-}
-
-/* Is a string reply element equal to str (len bytes)? */
-bool
-wake_element_is(const redisReply *reply, int i, const char *str, int len)
-{
-	return reply->elements > i &&
-		reply->element[i]->type == REDIS_REPLY_STRING &&
-		reply->element[i]->len == len &&
-		memcmp(reply->element[i]->str, str, len) == 0;
-}
-
-/*
- * What a reply on a subscription connection is, so that wake.c and
- * waker.c read their connections alike
- */
-WakeReplyKind
-wake_reply_kind(const redisReply *reply)
-{
-	if (reply->type == REDIS_REPLY_ERROR)
-		return WAKE_REPLY_ERROR;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
-		reply->element[0]->type != REDIS_REPLY_STRING)
-		return WAKE_REPLY_OTHER;
-	if (wake_element_is(reply, 0, "notify-keyspace-events", 22))
-		return WAKE_REPLY_KEYSPACE_CONFIG;
-	if (reply->elements == 3 &&
-		reply->element[2]->type == REDIS_REPLY_STRING &&
-		(wake_element_is(reply, 0, "message", 7) ||
-		 wake_element_is(reply, 0, "smessage", 8)))
-		return WAKE_REPLY_MESSAGE;
-	if (wake_element_is(reply, 0, "subscribe", 9) ||
-		wake_element_is(reply, 0, "ssubscribe", 10))
-		return WAKE_REPLY_SUBSCRIBED;
-	if (wake_element_is(reply, 0, "unsubscribe", 11) ||
-		wake_element_is(reply, 0, "sunsubscribe", 12))
-		return WAKE_REPLY_UNSUBSCRIBED;
-	return WAKE_REPLY_OTHER;
-}
-
 /* A message, on a channel wn listens to: is it a release? */
 static void
 take_message(WakeNode *wn, const redisReply *reply)
 {
-	if (wn->channel != NULL && wake_element_is(reply, 1, wn->channel,
-										  wn->channellen))
+	if (wn->channel != NULL &&
+		pubsub_element_is(reply, 1, wn->channel, wn->channellen))
 	{
 		wn->heard = true;
 		return;
 	}
 	if (wn->keyspace == NULL ||
-		!wake_element_is(reply, 1, wn->keyspace, wn->keyspacelen))
+		!pubsub_element_is(reply, 1, wn->keyspace, wn->keyspacelen))
 		return;
 	/* our own DEL is announced */
-	switch (wake_keyspace_event(reply->element[2]->str))
+	switch (pubsub_keyspace_event(reply->element[2]->str))
 	{
 		case KEYSPACE_FREES:
 			wn->heard = true;
@@ -283,21 +230,6 @@ take_message(WakeNode *wn, const redisReply *reply)
 		case KEYSPACE_KEEPS:
 			break;
 	}
-}
-
-/*
- * What a keyspace event of a lock's key says of the lock: an expiry or an
- * eviction frees it, a DEL frees it too (but ours is also announced), a
- * lease renewal or a SET keeps it held
- */
-KeyspaceEvent
-wake_keyspace_event(const char *event)
-{
-	if (strcmp(event, "expired") == 0 || strcmp(event, "evicted") == 0)
-		return KEYSPACE_FREES;
-	if (strcmp(event, "del") == 0)
-		return KEYSPACE_DEL;
-	return KEYSPACE_KEEPS;
 }
 
 /* The answer to the oldest subscription command still unanswered */
@@ -341,29 +273,29 @@ take_reply(void *arg, const redisReply *reply)
 {
 	WakeNode   *wn = (WakeNode *) arg;
 
-	switch (wake_reply_kind(reply))
+	switch (pubsub_reply_kind(reply))
 	{
-		case WAKE_REPLY_ERROR:
+		case PUBSUB_REPLY_ERROR:
 			/* CONFIG GET goes alone: an error answering it is an ACL's */
 			if (wn->keyspace_events == KEYSPACE_ASKED)
 				wn->keyspace_events = KEYSPACE_OFF;
 			else
 				take_confirmation(wn, reply);
 			break;
-		case WAKE_REPLY_KEYSPACE_CONFIG:
-			wn->keyspace_events = wake_keyspace_events_on(reply) ?
+		case PUBSUB_REPLY_KEYSPACE_CONFIG:
+			wn->keyspace_events = pubsub_keyspace_events_on(reply) ?
 				KEYSPACE_ON : KEYSPACE_OFF;
 			break;
-		case WAKE_REPLY_MESSAGE:
+		case PUBSUB_REPLY_MESSAGE:
 			take_message(wn, reply);
 			break;
-		case WAKE_REPLY_SUBSCRIBED:
+		case PUBSUB_REPLY_SUBSCRIBED:
 			take_confirmation(wn, reply);
 			break;
-		case WAKE_REPLY_UNSUBSCRIBED:
-			if (wake_element_is(reply, 0, "sunsubscribe", 12) &&
+		case PUBSUB_REPLY_UNSUBSCRIBED:
+			if (pubsub_element_is(reply, 0, "sunsubscribe", 12) &&
 				wn->channel != NULL &&
-				wake_element_is(reply, 1, wn->channel, wn->channellen) &&
+				pubsub_element_is(reply, 1, wn->channel, wn->channellen) &&
 				wn->expected[0] != EXPECT_WAKE)
 			{
 				/* the slot moved to another node: look there */
@@ -372,7 +304,7 @@ take_reply(void *arg, const redisReply *reply)
 				wn->heard = true;
 			}
 			break;
-		case WAKE_REPLY_OTHER:
+		case PUBSUB_REPLY_OTHER:
 			break;
 	}
 }
@@ -468,19 +400,6 @@ connect_wake_node(WakeNode *wn)
 		wn->keyspace_events = KEYSPACE_ASKED;
 }
 
-/* The keyspace channel of key on conn's server */
-char *
-wake_keyspace_channel(RedisConn *conn, const char *key, int keylen, int *len)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "__keyspace@%d__:", conn->database);
-	appendBinaryStringInfo(&buf, key, keylen);
-	*len = buf.len;
-	return buf.data;
-}
-
 /* Subscribe a connected node to the channels that a wait listens to */
 static void
 subscribe_node(WakeNode *wn, const char *key, int keylen,
@@ -510,7 +429,8 @@ subscribe_node(WakeNode *wn, const char *key, int keylen,
 	{
 		MemoryContext oldcxt = MemoryContextSwitchTo(conn->cxt);
 
-		wn->keyspace = wake_keyspace_channel(conn, key, keylen, &wn->keyspacelen);
+		wn->keyspace = redis_keyspace_channel(conn->database, key, keylen,
+											  &wn->keyspacelen);
 		MemoryContextSwitchTo(oldcxt);
 		append_command(wn, "SUBSCRIBE", wn->keyspace, wn->keyspacelen,
 					   NULL, 0);

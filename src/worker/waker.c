@@ -323,7 +323,7 @@ take_unsubscription(WakerNode *wn, const redisReply *reply)
 		Expect	   *e = (Expect *) linitial(wn->expects);
 
 		if (e->kind == 0 &&
-			wake_element_is(reply, 1, e->channel, e->channellen))
+			pubsub_element_is(reply, 1, e->channel, e->channellen))
 		{
 			take_answer(wn, reply);
 			return;
@@ -333,7 +333,7 @@ take_unsubscription(WakerNode *wn, const redisReply *reply)
 	{
 		Listen	   *listen = (Listen *) lfirst(lc);
 
-		if (wake_element_is(reply, 1, listen->channel, listen->channellen))
+		if (pubsub_element_is(reply, 1, listen->channel, listen->channellen))
 		{
 			lose_listen(listen);
 			return;
@@ -351,15 +351,15 @@ take_message(WakerNode *wn, const redisReply *reply)
 	{
 		Listen	   *listen = (Listen *) lfirst(lc);
 
-		if (wake_element_is(reply, 1, listen->channel, listen->channellen))
+		if (pubsub_element_is(reply, 1, listen->channel, listen->channellen))
 		{
 			locktable_wake_heard(listen->ref, false);
 			return;
 		}
 		if (listen->keyspace != NULL &&
-			wake_element_is(reply, 1, listen->keyspace, listen->keyspacelen))
+			pubsub_element_is(reply, 1, listen->keyspace, listen->keyspacelen))
 		{
-			KeyspaceEvent event = wake_keyspace_event(reply->element[2]->str);
+			KeyspaceEvent event = pubsub_keyspace_event(reply->element[2]->str);
 
 			if (event != KEYSPACE_KEEPS)
 				locktable_wake_heard(listen->ref, event == KEYSPACE_DEL);
@@ -374,20 +374,20 @@ take_reply(void *arg, const redisReply *reply)
 {
 	WakerNode  *wn = (WakerNode *) arg;
 
-	switch (wake_reply_kind(reply))
+	switch (pubsub_reply_kind(reply))
 	{
-		case WAKE_REPLY_ERROR:
-		case WAKE_REPLY_SUBSCRIBED:
+		case PUBSUB_REPLY_ERROR:
+		case PUBSUB_REPLY_SUBSCRIBED:
 			take_answer(wn, reply);
 			break;
-		case WAKE_REPLY_MESSAGE:
+		case PUBSUB_REPLY_MESSAGE:
 			take_message(wn, reply);
 			break;
-		case WAKE_REPLY_UNSUBSCRIBED:
+		case PUBSUB_REPLY_UNSUBSCRIBED:
 			take_unsubscription(wn, reply);
 			break;
-		case WAKE_REPLY_KEYSPACE_CONFIG:
-		case WAKE_REPLY_OTHER:
+		case PUBSUB_REPLY_KEYSPACE_CONFIG:
+		case PUBSUB_REPLY_OTHER:
 			break;
 	}
 }
@@ -441,7 +441,7 @@ connect_node(WakerNode *wn)
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not subscribe at %s", wn->node->endpoint)));
 	}
-	wn->keyspace_events = wake_keyspace_events_on(reply);
+	wn->keyspace_events = pubsub_keyspace_events_on(reply);
 	freeReplyObject(reply);
 }
 
@@ -663,8 +663,8 @@ serve_request(const RedisLockEntry *entry, uint32 asked, RedisConn *conn)
 		lose_listen(listen);
 		return;
 	}
-	listen->keyspace = wake_keyspace_channel(conn, entry->key, entry->keylen,
-											 &listen->keyspacelen);
+	listen->keyspace = redis_keyspace_channel(conn->database, entry->key,
+											  entry->keylen, &listen->keyspacelen);
 	if (!route_request(listen, entry))
 		return;
 	foreach(lc, listen->nodes)
