@@ -8,7 +8,7 @@
  * a round trip: the commands are written, and their replies are read and
  * dropped at the connection's next use.  Lock releases are written at
  * once, since waiters need them; the clears of records are held back and
- * go out with the next command to their node (node_hold()), or inside it:
+ * go out with the next command to their node (node_hold_hdel()), or inside it:
  * a script call that deletes fields of the same hash anyway carries them
  * (RedisCall.carries_hdels_of), so that Redis runs one command where it
  * would run two.  A cluster may answer a clean-up command MOVED or ASK,
@@ -37,17 +37,6 @@ typedef struct RedirectableCall
 	uint64		seq;			/* its number among the node's commands */
 	RedisCall	call;			/* argv copied in the same allocation */
 } RedirectableCall;
-
-/*
- * The clear of a record held back for a node (redis_hold_hdel()): an HDEL
- * of one field, the hash's key and then the field in one allocation
- */
-typedef struct HeldHdel
-{
-	int			keylen;
-	int			fieldlen;
-	char		data[FLEXIBLE_ARRAY_MEMBER];
-} HeldHdel;
 
 /* A copy of call, with its arguments, in TopMemoryContext */
 static RedirectableCall *
@@ -86,16 +75,6 @@ lappend_kept(List *list, RedirectableCall *kept)
 	return list;
 }
 
-/* Append a command whose reply nobody waits for to the node's output */
-static void
-append_unwaited(RedisNode *node, const RedisCall *call)
-{
-	resp_append_call(&node->out, call);
-	node->awaiting++;
-	node->sent++;
-	redis_count(node->conn, REDIS_STAT_CALLS, 1);
-}
-
 /*
  * Append clean-up to its node's output, preceded by ASKING if it follows
  * an ASK redirection, and keep a copy of it if a cluster may redirect it
@@ -109,9 +88,9 @@ append_cleanup(RedisNode *node, const RedisCall *call)
 
 		redis_call_init(&asking, call->conn, NULL);
 		redis_call_arg(&asking, "ASKING", 6);
-		append_unwaited(node, &asking);
+		node_append_unwaited(node, &asking);
 	}
-	append_unwaited(node, call);
+	node_append_unwaited(node, call);
 	if (call->conn->topology->follow_redirect != NULL)
 	{
 		RedirectableCall *kept = copy_cleanup(call);
@@ -136,7 +115,7 @@ redis_send_hello(RedisNode *node)
 	redis_call_init(&hello, node->conn, NULL);
 	redis_call_arg(&hello, "HELLO", 5);
 	redis_call_arg(&hello, "2", 1);
-	append_unwaited(node, &hello);
+	node_append_unwaited(node, &hello);
 	node->hello_seq = node->sent - 1;
 }
 
@@ -170,22 +149,11 @@ redis_send_cleanup(RedisCall *call, uint64 end_id)
 	(void) node_flush(node);
 }
 
-/* The HDEL of field (fieldlen bytes) from the hash key on conn's server */
-static void
-hdel_call(RedisCall *call, RedisConn *conn, const char *key, int keylen,
-		  const char *field, int fieldlen)
-{
-	redis_call_init(call, conn, NULL);
-	redis_call_arg(call, "HDEL", 4);
-	redis_call_arg(call, key, keylen);
-	redis_call_arg(call, field, fieldlen);
-}
-
 /*
  * Hold back the clear of a record, the HDEL of field (fieldlen bytes) from
  * the hash key, for the node that serves key as last known: it goes out
  * with the next command to the node, in the same write, and costs neither
- * a system call nor a read of Redis's of its own (node_hold() says why
+ * a system call nor a read of Redis's of its own (node_hold_hdel() says why
  * that may be lost), or inside that command, when it is a call that
  * carries the HDELs of key.  It is kept as its key and field only, so that
  * holding it costs a commit next to nothing.  A clear for a node that is
@@ -196,24 +164,17 @@ redis_hold_hdel(RedisConn *conn, const char *key, int keylen,
 				const char *field, int fieldlen)
 {
 	RedisNode  *node = redis_key_node(conn, key, keylen);
-	HeldHdel   *held;
 
 	if (!node_is_connected(node) || node->is_sentinel)
 	{
 		RedisCall	call;
 
-		hdel_call(&call, conn, key, keylen, field, fieldlen);
+		redis_call_hdel(&call, conn, key, keylen, field, fieldlen);
 		redis_call_on_node(&call, node);
 		redis_send_cleanup(&call, 0);
 		return;
 	}
-	held = MemoryContextAlloc(TopMemoryContext,
-							  offsetof(HeldHdel, data) + keylen + fieldlen);
-	held->keylen = keylen;
-	held->fieldlen = fieldlen;
-	memcpy(held->data, key, keylen);
-	memcpy(held->data + keylen, field, fieldlen);
-	node_hold(node, held);
+	node_hold_hdel(node, key, keylen, field, fieldlen);
 }
 
 /*
@@ -259,7 +220,7 @@ redis_release_held(RedisNode *node, RedisCall **calls, int ncalls)
 		{
 			RedisCall	call;
 
-			hdel_call(&call, node->conn, hdel->data, hdel->keylen, field,
+			redis_call_hdel(&call, node->conn, hdel->data, hdel->keylen, field,
 					  hdel->fieldlen);
 			append_cleanup(node, &call);
 		}

@@ -63,6 +63,17 @@ redis_call_on_node(RedisCall *call, RedisNode *node)
 	call->node_given = true;
 }
 
+/* The HDEL of field (fieldlen bytes) from the hash key on conn's server */
+void
+redis_call_hdel(RedisCall *call, RedisConn *conn, const char *key,
+				int keylen, const char *field, int fieldlen)
+{
+	redis_call_init(call, conn, NULL);
+	redis_call_arg(call, "HDEL", 4);
+	redis_call_arg(call, key, keylen);
+	redis_call_arg(call, field, fieldlen);
+}
+
 /*
  * Make wait a WAIT for the replicas that the server's min_replicas option
  * asks for, run right after the call it follows, on the same node, within

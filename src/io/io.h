@@ -23,6 +23,7 @@
 struct redisReader;
 struct redisReply;
 
+struct RedisCall;
 struct RedisConn;
 
 /* The addresses of a host name that a node or the address book keeps */
@@ -100,8 +101,11 @@ extern void node_destroy(RedisNode *node);
 extern bool node_is_connected(const RedisNode *node);
 extern bool node_peer_closed(RedisNode *node);
 extern bool node_flush(RedisNode *node);
-extern void node_hold(RedisNode *node, void *command);
+extern void node_hold_hdel(RedisNode *node, const char *key, int keylen,
+						   const char *field, int fieldlen);
 extern List *node_take_held(RedisNode *node);
+extern void node_append_unwaited(RedisNode *node,
+								 const struct RedisCall *call);
 extern void node_flush_held(void);
 extern bool node_receive(RedisNode *node, bool *closed);
 extern bool node_next_reply(RedisNode *node, struct redisReply **reply);
@@ -109,9 +113,29 @@ extern bool node_take_replies(RedisNode *node,
 							  void (*take) (void *arg,
 											const struct redisReply *reply),
 							  void *arg);
-extern WaitEventSet *node_wait_set_create(bool kept, int nsockets);
 extern int	node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 					  TimestampTz deadline, int elevel);
+
+/*
+ * The clear of a record held back for a node (node_hold_hdel()): an HDEL
+ * of one field, the hash's key and then the field in one allocation
+ */
+typedef struct HeldHdel
+{
+	int			keylen;
+	int			fieldlen;
+	char		data[FLEXIBLE_ARRAY_MEMBER];
+} HeldHdel;
+
+/* The longest a blocking read waits before it looks at the latch again */
+#define RECEIVE_SLICE_MS	10
+
+/* Opening a node's socket, and the latch of its waits (socket.c) */
+extern bool node_open_socket(RedisNode *node, TimestampTz deadline,
+							 int elevel, int *err, const char **reason);
+extern WaitEventSet *node_wait_set_create(bool kept, int nsockets);
+extern long node_ms_until(TimestampTz deadline);
+extern bool node_serve_interrupts(int elevel);
 
 /*
  * Finding a node's addresses: looked up by SQL calls, which publish them,
@@ -173,6 +197,9 @@ extern void redis_call_init(RedisCall *call, struct RedisConn *conn,
 extern void redis_call_arg(RedisCall *call, const char *arg, size_t len);
 extern void redis_call_int_arg(RedisCall *call, int64 value);
 extern void redis_call_on_node(RedisCall *call, RedisNode *node);
+extern void redis_call_hdel(RedisCall *call, struct RedisConn *conn,
+							const char *key, int keylen, const char *field,
+							int fieldlen);
 extern void redis_call_wait_replicas(RedisCall *wait, RedisCall *after);
 extern bool redis_replicas_acknowledged(const RedisCall *wait);
 pg_noreturn extern void redis_report_replicas(const RedisCall *wait,

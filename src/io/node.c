@@ -23,15 +23,11 @@
  * slice before a deadline use the latch machinery.
  *
  * Clean-up that nobody waits for may be held back for a node (see
- * node_hold()): it then costs no system call of its own, and goes out with
+ * node_hold_hdel()): it then costs no system call of its own, and goes out with
  * the next write to the node, or in the next command that can carry it,
  * or when the node is closed or the backend exits.
  *
- * Looking up a host name is the one step whose wait the extension does not
- * bound: getaddrinfo() waits for the resolver as long as the resolver's own
- * timeouts say.  Only SQL calls look names up; the addresses found are
- * kept, and published for the processes that do not look names up
- * (open_socket(), addressbook.c).
+ * Connecting is socket.c's.
  *
  *-------------------------------------------------------------------------
  */
@@ -52,9 +48,10 @@
 #include "storage/pmsignal.h"
 #include "utils/memutils.h"
 
-#include "calls/calls.h"
 #include "guc.h"
 #include "io/io.h"
+#include "server/server.h"
+#include "stats.h"
 
 /* A command buffer that grew beyond this is given back once written */
 #define OUT_BUFFER_KEEP		(64 * 1024)
@@ -62,12 +59,10 @@
 /* Bytes read from a socket at a time */
 #define RECEIVE_CHUNK		(16 * 1024)
 
-/* The longest a blocking read waits before it looks at the latch again */
-#define RECEIVE_SLICE_MS	10
-
 static bool receive_from(RedisNode *node, int flags, bool *closed, bool *got);
+static void write_held(RedisNode *node);
 
-/* The nodes whose output holds commands back (node_hold()) */
+/* The nodes whose output holds commands back (node_hold_hdel()) */
 static dlist_head holding_nodes = DLIST_STATIC_INIT(holding_nodes);
 
 /* Nodes a shared wait set is kept for (a Redlock server's masters, say) */
@@ -86,50 +81,6 @@ static struct
 	int			pos[SHARED_WAIT_NODES];
 	uint32		events[SHARED_WAIT_NODES];
 } shared_wait;
-
-static long
-ms_until(TimestampTz deadline)
-{
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (now >= deadline)
-		return 0;
-	return (long) ((deadline - now + 999) / 1000);
-}
-
-/*
- * Serve what woke the latch.  SQL functions let PostgreSQL act on cancel,
- * timeouts and termination right away; they throw from here.  Where
- * interrupts are held (transaction end), a pending termination ends the
- * wait instead: returns false then.
- */
-static bool
-serve_interrupts(int elevel)
-{
-	ResetLatch(MyLatch);
-	if (elevel >= ERROR && INTERRUPTS_CAN_BE_PROCESSED())
-		CHECK_FOR_INTERRUPTS();
-	return !ProcDiePending;
-}
-
-/*
- * A wait set with room for nsockets sockets, watching the latch and, under
- * a postmaster, its death; a kept one lives across transactions until it
- * is freed (compat_wait_set()).  A single-user backend has no postmaster to
- * watch: AddWaitEventToSet() would fail there, where WaitLatch() just
- * leaves the event out.
- */
-WaitEventSet *
-node_wait_set_create(bool kept, int nsockets)
-{
-	WaitEventSet *set = compat_wait_set(kept, nsockets + 2);
-
-	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	if (IsUnderPostmaster)
-		AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL,
-						  NULL);
-	return set;
-}
 
 /* The socket events a node waits for */
 static uint32
@@ -259,9 +210,9 @@ read_waiting(RedisNode *node, TimestampTz deadline, int elevel)
 		bool		closed;
 		bool		got;
 
-		if (MyLatch->is_set && !serve_interrupts(elevel))
+		if (MyLatch->is_set && !node_serve_interrupts(elevel))
 			return -1;
-		if (ms_until(deadline) <= RECEIVE_SLICE_MS)
+		if (node_ms_until(deadline) <= RECEIVE_SLICE_MS)
 			return 0;
 		pgstat_report_wait_start(redislock_wait_event());
 		ok = receive_from(node, 0, &closed, &got);
@@ -326,7 +277,7 @@ node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 	{
 		for (;;)
 		{
-			long		timeout = ms_until(deadline);
+			long		timeout = node_ms_until(deadline);
 			int			nevents;
 			bool		closed_one = false;
 
@@ -346,7 +297,7 @@ node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 			{
 				if (events[i].events & WL_LATCH_SET)
 				{
-					if (!serve_interrupts(elevel))
+					if (!node_serve_interrupts(elevel))
 					{
 						nready = -1;
 						break;
@@ -385,249 +336,6 @@ node_wait(RedisNode **nodes, const bool *waiting, int nnodes,
 	}
 	PG_END_TRY();
 	return nready;
-}
-
-/*
- * Wait on set, a connect attempt's, for its connect in progress.  False
- * when the deadline passed or the wait was given up for a termination
- * request.
- */
-static bool
-wait_connected(WaitEventSet *set, TimestampTz deadline, int elevel)
-{
-	for (;;)
-	{
-		long		timeout = ms_until(deadline);
-		WaitEvent	event;
-
-		if (timeout <= 0)
-			return false;
-		if (WaitEventSetWait(set, timeout, &event, 1,
-							 redislock_wait_event()) == 0)
-			continue;
-		if (event.events & WL_SOCKET_CONNECTED)
-			return true;
-		if ((event.events & WL_LATCH_SET) && !serve_interrupts(elevel))
-			return false;
-	}
-}
-
-/* Open a socket to addr and start connecting; PGINVALID_SOCKET on failure */
-static pgsocket
-start_connect(const struct sockaddr *addr, socklen_t addrlen, int *err)
-{
-	pgsocket	sock = socket(addr->sa_family, SOCK_STREAM, 0);
-
-	if (sock == PGINVALID_SOCKET)
-	{
-		*err = errno;
-		return PGINVALID_SOCKET;
-	}
-	if (addr->sa_family != AF_UNIX)
-	{
-		int			on = 1;
-
-		(void) setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-	}
-	if (!pg_set_noblock(sock) ||
-		(connect(sock, addr, addrlen) < 0 &&
-		 errno != EINPROGRESS && errno != EAGAIN && errno != EINTR))
-	{
-		*err = errno;
-		closesocket(sock);
-		return PGINVALID_SOCKET;
-	}
-	return sock;
-}
-
-/*
- * Make a connected socket's reads block, for at most RECEIVE_SLICE_MS (see
- * the header comment); writes and the other reads pass MSG_DONTWAIT.
- */
-static bool
-set_receive_slices(pgsocket sock, int *err)
-{
-	struct timeval slice = {0, RECEIVE_SLICE_MS * 1000};
-
-	if (!pg_set_block(sock) ||
-		setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &slice, sizeof(slice)) < 0)
-	{
-		*err = errno;
-		return false;
-	}
-	return true;
-}
-
-/* Has the connect started on sock succeeded?  Else *err says why not. */
-static bool
-connect_succeeded(pgsocket sock, int *err)
-{
-	socklen_t	len = sizeof(*err);
-
-	if (getsockopt(sock, SOL_SOCKET, SO_ERROR, err, &len) < 0)
-		*err = errno;
-	return *err == 0;
-}
-
-/*
- * Reserve a descriptor for a connect attempt's socket, and make sure that
- * its wait set will get one too: CreateWaitEventSet() raises an ERROR when
- * fd.c refuses, and a transaction end, which must not raise, reports a
- * connect failure as a WARNING instead.  The wait set reserves its own.
- */
-static bool
-reserve_descriptors(void)
-{
-	if (!AcquireExternalFD())
-		return false;
-	if (!AcquireExternalFD())
-	{
-		ReleaseExternalFD();
-		return false;
-	}
-	ReleaseExternalFD();
-	return true;
-}
-
-/*
- * Give back what a connect attempt holds: its wait set, if made, its
- * socket, if open, and the descriptor reserved for the socket.
- */
-static void
-end_attempt(WaitEventSet *set, pgsocket sock)
-{
-	if (set != NULL)
-		FreeWaitEventSet(set);
-	if (sock != PGINVALID_SOCKET)
-		closesocket(sock);
-	ReleaseExternalFD();
-}
-
-/*
- * Connect the node to one address within the deadline: a socket, and a
- * wait set over it (latch, postmaster death, socket) that becomes the
- * node's once connected, so that a connected node holds two descriptors
- * and connecting needs no more.  Whatever ends the attempt gives both
- * back, an ERROR thrown by interrupt service while waiting (cancel,
- * statement_timeout) included: neither is a resource that an abort
- * releases, and a backend whose connects are cancelled again and again
- * would run out of descriptors.  On failure, *err is the errno, or 0 when
- * the deadline passed, the wait was given up, or *reason says why.
- */
-static bool
-connect_address(RedisNode *node, const struct sockaddr *addr,
-				socklen_t addrlen, TimestampTz deadline, int elevel,
-				int *err, const char **reason)
-{
-	WaitEventSet *volatile set = NULL;
-	volatile pgsocket sock = PGINVALID_SOCKET;
-	bool		connected = false;
-	int			pos = 0;
-
-	*err = 0;
-	if (!reserve_descriptors())
-	{
-		*reason = "too many open files on the local server (see max_files_per_process)";
-		return false;
-	}
-
-	PG_TRY();
-	{
-		set = node_wait_set_create(true, 1);
-		sock = start_connect(addr, addrlen, err);
-		if (sock != PGINVALID_SOCKET)
-		{
-			pos = AddWaitEventToSet(set, WL_SOCKET_CONNECTED, sock, NULL,
-									NULL);
-			connected = wait_connected(set, deadline, elevel) &&
-				connect_succeeded(sock, err);
-		}
-	}
-	PG_CATCH();
-	{
-		end_attempt(set, sock);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-
-	if (!connected || !set_receive_slices(sock, err))
-	{
-		end_attempt(set, sock);
-		return false;
-	}
-	node->sock = sock;
-	node->waitset = set;
-	node->waitset_socket_pos = pos;
-	node->waitset_events = WL_SOCKET_READABLE;
-	ModifyWaitEvent(set, pos, node->waitset_events, NULL);
-	return true;
-}
-
-/* Try the node's addresses in turn, as connect_address() does one */
-static bool
-connect_addresses(RedisNode *node, TimestampTz deadline, int elevel,
-				  int *err, const char **reason)
-{
-	int			i;
-
-	for (i = 0; i < node->naddrs; i++)
-	{
-		if (connect_address(node, (struct sockaddr *) &node->addrs[i].addr,
-							node->addrs[i].salen, deadline, elevel, err,
-							reason))
-			return true;
-		if (*err == 0)
-			break;
-	}
-	return false;
-}
-
-/*
- * Connect the node within the deadline.  A TCP node connects to the
- * addresses found for its host the last time, found afresh when there are
- * none: looked up by a SQL call, and taken from the address book by the
- * rest (see node_may_look_up()), which connect to known addresses or fail at
- * once.  A connect that failed forgets the addresses, so that a name moved
- * elsewhere is followed: a SQL call looks the name up again at once when
- * kept addresses refused the connect, else at the next connect; the rest
- * take the book's again at their next connect.  On failure, *err and
- * *reason are as connect_address() sets them.
- */
-static bool
-open_socket(RedisNode *node, TimestampTz deadline, int elevel, int *err,
-			const char **reason)
-{
-	bool		look_up = node_may_look_up();
-	bool		fresh = false;
-
-	*err = 0;
-	*reason = NULL;
-	if (node->unix_socket != NULL)
-	{
-		struct sockaddr_un unaddr = {0};
-
-		unaddr.sun_family = AF_UNIX;
-		strlcpy(unaddr.sun_path, node->unix_socket, sizeof(unaddr.sun_path));
-		return connect_address(node, (struct sockaddr *) &unaddr,
-							   sizeof(unaddr), deadline, elevel, err, reason);
-	}
-
-	if (node->naddrs == 0)
-	{
-		if (!node_find_addresses(node, look_up, reason))
-			return false;
-		fresh = true;
-	}
-	if (connect_addresses(node, deadline, elevel, err, reason))
-		return true;
-	node->naddrs = 0;
-	if (!look_up || fresh || *err == 0 ||
-		!node_find_addresses(node, true, reason))
-		return false;
-	if (connect_addresses(node, deadline, elevel, err, reason))
-		return true;
-	node->naddrs = 0;
-	return false;
 }
 
 /*
@@ -721,7 +429,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
 	const char *reason;
 
 	Assert(node->sock == PGINVALID_SOCKET);
-	if (!open_socket(node, deadline, elevel, &err, &reason))
+	if (!node_open_socket(node, deadline, elevel, &err, &reason))
 	{
 		if (reason == NULL)
 			reason = err != 0 ? strerror(err) :
@@ -749,7 +457,7 @@ node_connect(RedisNode *node, TimestampTz deadline, int elevel)
  * Close the socket.  Replies still on their way are lost with it, so the
  * caller must have settled what they were for.  Commands held back are
  * written first, as far as the kernel takes them; on a connection that
- * failed they are lost, which is harmless (see node_hold()).
+ * failed they are lost, which is harmless (see node_hold_hdel()).
  */
 void
 node_disconnect(RedisNode *node)
@@ -758,7 +466,7 @@ node_disconnect(RedisNode *node)
 		return;
 	if (node->held != NIL)
 	{
-		redis_release_held(node, NULL, 0);
+		write_held(node);
 		(void) node_flush(node);
 	}
 	leave_shared_wait(node);
@@ -823,26 +531,35 @@ node_peer_closed(RedisNode *node)
 }
 
 /*
- * Hold back a command for the node, which nobody waits for, kept as the
- * caller made it (in TopMemoryContext): it is encoded and goes out ahead
- * of the next write to the node, in the same system call, and Redis reads
- * it with what follows in one read; or a command of the next write carries
- * it (cleanup.c says which).  That is for clean-up whose delay costs
- * nothing but a record kept a little longer.  A held command may be lost,
- * when the connection fails or the peer has closed it before the next
- * write, so it must be one whose loss is made good otherwise: a
- * decrement's record that is not cleared stays beside its committed row,
- * and redis_stock_recover() clears it.
+ * Hold back the HDEL of field from the hash key for the node, which nobody
+ * waits for, kept as its key and field (in TopMemoryContext): it is
+ * encoded and goes out ahead of the next write to the node, in the same
+ * system call, and Redis reads it with what follows in one read; or a
+ * command of the next write carries it (calls/cleanup.c says which).  That
+ * is for clean-up whose delay costs nothing but a record kept a little
+ * longer.  A held command may be lost, when the connection fails or the
+ * peer has closed it before the next write, so it must be one whose loss
+ * is made good otherwise: a decrement's record that is not cleared stays
+ * beside its committed row, and redis_stock_recover() clears it.
  */
 void
-node_hold(RedisNode *node, void *command)
+node_hold_hdel(RedisNode *node, const char *key, int keylen,
+			   const char *field, int fieldlen)
 {
-	MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	HeldHdel   *held = MemoryContextAlloc(TopMemoryContext,
+										  offsetof(HeldHdel, data) +
+										  keylen + fieldlen);
+	MemoryContext oldcxt;
 
 	Assert(node_is_connected(node));
+	held->keylen = keylen;
+	held->fieldlen = fieldlen;
+	memcpy(held->data, key, keylen);
+	memcpy(held->data + keylen, field, fieldlen);
 	if (node->held == NIL)
 		dlist_push_tail(&holding_nodes, &node->held_link);
-	node->held = lappend(node->held, command);
+	oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+	node->held = lappend(node->held, held);
 	MemoryContextSwitchTo(oldcxt);
 }
 
@@ -860,6 +577,41 @@ node_take_held(RedisNode *node)
 	return held;
 }
 
+/* Append a command whose reply nobody waits for to the node's output */
+void
+node_append_unwaited(RedisNode *node, const RedisCall *call)
+{
+	resp_append_call(&node->out, call);
+	node->awaiting++;
+	node->sent++;
+	redis_count(node->conn, REDIS_STAT_CALLS, 1);
+}
+
+/*
+ * Put the HDELs held back for the node into its output, for a node about
+ * to be closed or a backend about to exit: nothing will read their
+ * replies, so no command carries them and a cluster's redirection of them
+ * is not followed.
+ */
+static void
+write_held(RedisNode *node)
+{
+	List	   *held = node_take_held(node);
+	ListCell   *lc;
+
+	foreach(lc, held)
+	{
+		HeldHdel   *hdel = lfirst(lc);
+		RedisCall	call;
+
+		redis_call_hdel(&call, node->conn, hdel->data, hdel->keylen,
+						hdel->data + hdel->keylen, hdel->fieldlen);
+		node_append_unwaited(node, &call);
+		pfree(hdel);
+	}
+	list_free(held);
+}
+
 /*
  * Write what every node holds back, as far as the kernel takes it, at
  * backend exit: the replies are not read.
@@ -873,7 +625,7 @@ node_flush_held(void)
 	{
 		RedisNode  *node = dlist_container(RedisNode, held_link, iter.cur);
 
-		redis_release_held(node, NULL, 0);
+		write_held(node);
 		(void) node_flush(node);
 	}
 }
