@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * calls.h
- *		Running calls on the nodes of a server: connecting and the
- *		handshake, rounds that follow redirections and load scripts, and
- *		clean-up whose replies nobody waits for (batch.c, cleanup.c).
+ *		Running calls on the nodes of a server: each node's run (run.c),
+ *		connecting and the handshake (connect.c), rounds that follow
+ *		redirections and load scripts (batch.c), and clean-up whose replies
+ *		nobody waits for (cleanup.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -30,11 +31,12 @@ typedef struct RedisDeadline
 	uint64		end_id;			/* the transaction end's, 0 for none */
 } RedisDeadline;
 
-/* Running calls on a server's nodes (batch.c) */
 extern RedisDeadline redis_command_deadline(void);
-extern void redis_connect(struct RedisConn *conn, const char *key, int keylen,
+
+/* Running calls on a server's nodes (batch.c, connect.c) */
+extern void redis_connect(RedisConn *conn, const char *key, int keylen,
 						  int slot);
-extern int	redis_conn_masters(struct RedisConn *conn, RedisNode ***masters);
+extern int	redis_conn_masters(RedisConn *conn, RedisNode ***masters);
 extern void redis_open_node(RedisNode *node);
 extern void redis_run(RedisCall *calls, int ncalls);
 extern bool redis_run_until(RedisCall *calls, int ncalls,
@@ -43,12 +45,63 @@ extern bool redis_run_until(RedisCall *calls, int ncalls,
 /* Calls whose replies nobody waits for (cleanup.c) */
 extern void redis_send_deferred(RedisCall *calls, int ncalls);
 extern void redis_send_hello(RedisNode *node);
-extern void redis_hold_hdel(struct RedisConn *conn, const char *key,
+extern void redis_hold_hdel(RedisConn *conn, const char *key,
 							int keylen, const char *field, int fieldlen);
 extern void redis_send_cleanup(RedisCall *call, uint64 end_id);
 extern void redis_send_queued_cleanup(RedisNode *node);
 extern void redis_release_held(RedisNode *node, RedisCall **calls,
 							   int ncalls);
 extern void redis_drop_reply(RedisNode *node, struct redisReply *reply);
+
+/*
+ * What the files of calls/ share: the runs of a set of calls, one a node
+ * (run.c), and why a node's replies stopped coming
+ */
+typedef enum RunFailure
+{
+	RUN_OK,
+	RUN_SKIPPED,				/* the node failed earlier in this end */
+	RUN_NOT_CONNECTED,			/* the connect failed */
+	RUN_NOT_ACCEPTED,			/* the handshake failed, reported then */
+	RUN_REROUTED,				/* not connected; its calls go elsewhere */
+	RUN_MOOT,					/* Redlock: decided without its replies */
+	RUN_TIMED_OUT,
+	RUN_GIVEN_UP,				/* termination requested during an end */
+	RUN_NOT_WAITED,				/* an end sent its calls to a stalled node */
+	RUN_IO_ERROR,
+	RUN_CLOSED,
+	RUN_PROTOCOL_ERROR
+} RunFailure;
+
+/* The calls of one run that go to one node, in the order they are sent */
+typedef struct NodeRun
+{
+	RedisNode  *node;
+	RedisCall **wanted;			/* the caller's calls */
+	int			nwanted;
+	RedisCall **calls;			/* what is sent: those and their helpers */
+	int			ncalls;
+	int			nreplied;
+	RunFailure	failure;
+	int			failure_errno;
+	bool		close_after;	/* Redis said it cannot serve */
+	bool		subscribes;		/* connects a subscription's connection */
+} NodeRun;
+
+extern void run_send(NodeRun *run);
+extern void run_await_replies(NodeRun *runs, int nruns, TimestampTz deadline,
+							  int elevel);
+extern void run_fail(NodeRun *run, RunFailure failure, int saved_errno);
+extern bool run_failed_after_sending(RunFailure failure);
+extern void run_note_quorum_failure(const NodeRun *run,
+									RedisDeadline deadline);
+extern void run_report_failure(const NodeRun *run, RedisDeadline deadline,
+							   int elevel);
+extern const char *run_failure_reason(const NodeRun *run,
+									  RedisDeadline deadline, int *sqlstate);
+
+/* Making a run's node ready (connect.c) */
+extern bool run_prepare_node(NodeRun *run, RedisDeadline *deadline,
+							 int elevel);
 
 #endif							/* REDISLOCK_CALLS_H */

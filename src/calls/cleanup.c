@@ -25,7 +25,6 @@
 #include "utils/memutils.h"
 
 #include "calls/calls.h"
-#include "stats.h"
 
 /*
  * Clean-up sent after commit to a cluster node, kept until its reply comes:
