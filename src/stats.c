@@ -44,7 +44,6 @@
 #include "utils/tuplestore.h"
 
 #include "guc.h"
-#include "server/server.h"
 #include "stats.h"
 
 /*
@@ -260,12 +259,15 @@ redis_server_stats(Oid serverid, const char *servername)
 	return server;
 }
 
-/* Add n to a counter of conn's server, unless its slot was given away */
+/*
+ * Add n to a counter of server serverid in stats, its counters when they
+ * were taken (NULL without the preload), unless they were given away since
+ */
 void
-redis_count(RedisConn *conn, RedisStat stat, int64 n)
+stats_count(RedisServerStats *stats, Oid serverid, RedisStat stat, int64 n)
 {
-	if (conn->stats != NULL && conn->stats->serverid == conn->serverid)
-		pg_atomic_fetch_add_u64(&conn->stats->counters[stat], n);
+	if (stats != NULL && stats->serverid == serverid)
+		pg_atomic_fetch_add_u64(&stats->counters[stat], n);
 }
 
 /* A server's counters as read, for a row */

@@ -35,12 +35,12 @@ typedef enum RedisStat
 	REDIS_NUM_STATS
 } RedisStat;
 
-struct RedisConn;
 struct RedisServerStats;
 
 extern struct RedisServerStats *redis_server_stats(Oid serverid,
 												   const char *servername);
-extern void redis_count(struct RedisConn *conn, RedisStat stat, int64 n);
+extern void stats_count(struct RedisServerStats *stats, Oid serverid,
+						RedisStat stat, int64 n);
 extern void stats_shmem_request(void);
 extern void stats_shmem_startup(void);
 

@@ -38,7 +38,6 @@
 #include "miscadmin.h"
 
 #include "calls/calls.h"
-#include "stats.h"
 
 /*
  * Round trips one set of calls may take for redirections and script loads;

@@ -15,7 +15,6 @@
 
 #include "calls/calls.h"
 #include "guc.h"
-#include "stats.h"
 
 /* A connection quiet for this long is checked before use (microseconds) */
 #define IDLE_CHECK_USEC		1000

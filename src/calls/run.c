@@ -20,7 +20,6 @@
 
 #include "calls/calls.h"
 #include "guc.h"
-#include "stats.h"
 
 void
 run_fail(NodeRun *run, RunFailure failure, int saved_errno)

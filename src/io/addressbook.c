@@ -45,7 +45,6 @@
 #include "storage/shmem.h"
 
 #include "io/io.h"
-#include "server/server.h"
 
 /* Host names (and ports) whose addresses the book keeps */
 #define ADDRESS_BOOK_NAMES	64

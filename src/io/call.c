@@ -21,7 +21,6 @@
 #include "utils/builtins.h"
 
 #include "io/io.h"
-#include "server/server.h"
 
 void
 redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)

@@ -19,12 +19,13 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "stats.h"
 
 struct redisReader;
 struct redisReply;
 
 struct RedisCall;
-struct RedisConn;
+struct RedisTopology;
 
 /* The addresses of a host name that a node or the address book keeps */
 #define REDIS_HOST_MAX_ADDRS 8
@@ -90,6 +91,65 @@ typedef struct RedisNode
 								 * "valkey", NULL if it said nothing */
 	char	   *server_version; /* and its version */
 } RedisNode;
+
+/*
+ * One connection cache entry (server/connection.c): a foreign server and
+ * user, the options they were read with, and the nodes they lead to.  A copy of the options lets
+ * transaction end reach Redis without catalog access.  Held locks and
+ * pending stock decrements pin it; an entry whose options changed while
+ * pinned is retired (kept for what it still holds) and replaced.
+ */
+typedef struct RedisConn
+{
+	dlist_node	node_link;
+	Oid			serverid;
+	Oid			userid;
+	char	   *servername;		/* for messages */
+	char	   *owner_token;	/* what our locks on this server carry, made
+								 * at first use (lock.c) */
+	struct RedisServerStats *stats; /* the server's shared counters, NULL
+									 * without the preload (stats.c) */
+	uint32		server_hashvalue;	/* syscache hash of serverid */
+	bool		invalidated;	/* catalog changed: re-read options */
+	bool		retired;		/* replaced; alive only while pinned */
+	bool		used_in_xact;	/* used by the current transaction */
+	int			pins;
+	MemoryContext cxt;			/* holds the option strings and nodes below */
+	int			database;
+	char	   *key_prefix;
+	char	   *username;
+	char	   *password;
+	char	   *sentinel_master;
+	char	   *sentinel_username;
+	char	   *sentinel_password;
+	int			min_replicas;	/* replicas that must acknowledge a write */
+	int			replica_timeout;	/* how long to wait for them (ms) */
+	const struct RedisTopology *topology;	/* its kind of server */
+	RedisNode **nodes;			/* every node known: a single server's one,
+								 * a cluster's seeds, masters and replicas,
+								 * the Sentinels and the masters they named */
+	int			nnodes;
+	int			maxnodes;
+	int16	   *slot_owner;		/* cluster: the index in nodes of each slot's
+								 * master, -1 when unknown */
+	bool		map_stale;		/* ask for the slot map or master first */
+	uint64		routed_round;	/* redis_route_calls() that last asked */
+	int			master_index;	/* Sentinel: the master in nodes, or -1 */
+	List	   *subscribers;	/* nodes of their own for subscriptions,
+								 * closed with the others (registry.c) */
+	List	   *wake_nodes;		/* subscriptions of lock waits (wake.c) */
+	TimestampTz master_checked_at;	/* Sentinel: when it was last named */
+} RedisConn;
+
+/*
+ * Count n of a statistic for conn's server (stats.c), unless the server's
+ * counters were given to another server
+ */
+static inline void
+redis_count(RedisConn *conn, RedisStat stat, int64 n)
+{
+	stats_count(conn->stats, conn->serverid, stat, n);
+}
 
 extern RedisNode *node_create(struct RedisConn *conn, const char *host,
 							  int port, const char *unix_socket);

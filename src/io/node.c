@@ -50,8 +50,6 @@
 
 #include "guc.h"
 #include "io/io.h"
-#include "server/server.h"
-#include "stats.h"
 
 /* A command buffer that grew beyond this is given back once written */
 #define OUT_BUFFER_KEEP		(64 * 1024)

@@ -20,7 +20,6 @@
 #include "utils/memutils.h"
 
 #include "server/server.h"
-#include "stats.h"
 
 /* One slot range of a CLUSTER SLOTS reply, and the nodes that serve it */
 typedef struct SlotRange

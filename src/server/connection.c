@@ -32,7 +32,6 @@
 #include "guc.h"
 #include "scripts.h"
 #include "server/server.h"
-#include "stats.h"
 
 static void redis_conn_disconnect(RedisConn *conn);
 

@@ -20,7 +20,6 @@
 #include <hiredis/hiredis.h>
 
 #include "server/server.h"
-#include "stats.h"
 
 /* How long a master found through the Sentinels is trusted (milliseconds) */
 #define MASTER_RECHECK_MS	1000

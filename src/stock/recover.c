@@ -61,7 +61,6 @@
 
 #include "guc.h"
 #include "scripts.h"
-#include "stats.h"
 #include "stock/stock.h"
 
 /* Keys looked at per SCAN */

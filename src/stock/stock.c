@@ -35,7 +35,6 @@
 #include "utils/rel.h"
 
 #include "scripts.h"
-#include "stats.h"
 #include "stock/stock.h"
 
 /* A decrement that a rollback must give back */
