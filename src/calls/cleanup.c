@@ -1,20 +1,21 @@
 /*-------------------------------------------------------------------------
  *
  * cleanup.c
- *		Calls whose replies nobody waits for: the clean-up after commit, and
- *		what is kept for a node until it connects again.
+ *		Calls whose replies nobody waits for: clean-up, and what is kept
+ *		for a node until it connects again.
  *
- * After commit, locks are released and decrement records cleared without
- * a round trip: the commands are written, and their replies are read and
- * dropped at the connection's next use.  Lock releases are written at
- * once, since waiters need them; the clears of records are held back and
- * go out with the next command to their node (node_hold_hdel()), or inside it:
- * a script call that deletes fields of the same hash anyway carries them
- * (RedisCall.carries_hdels_of), so that Redis runs one command where it
- * would run two.  A cluster may answer a clean-up command MOVED or ASK,
- * so it is kept until its reply comes, and sent on where the reply says.
- * Clean-up for a node that is not connected is kept and sent first thing
- * once it is.
+ * Some calls are sent and never waited for: their replies are read and
+ * dropped at the connection's next use.  The clears of a committed
+ * decrement's records are held back and go out with the next command to
+ * their node (node_hold_hdel()), or inside it: a script call that deletes
+ * fields of the same hash anyway carries them (RedisCall.carries_hdels_of),
+ * so that Redis runs one command where it would run two.  The release of a
+ * lock that an acquire may have left behind though it is not taken goes
+ * out the same way, and so do the calls of a transaction end for a node
+ * that still owes the reply of a call that timed out (batch.c).  A cluster
+ * may answer such a command MOVED or ASK, so it is kept until its reply
+ * comes, and sent on where the reply says.  Clean-up for a node that is not
+ * connected is kept and sent first thing once it is.
  *
  *-------------------------------------------------------------------------
  */
