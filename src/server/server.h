@@ -101,7 +101,7 @@ typedef struct RedisConn
 } RedisConn;
 
 extern RedisConn *redis_conn_current(void);
-extern RedisConn *redis_conn_for_user(Oid serverid, Oid userid);
+extern RedisConn *redis_conn_for_worker(Oid serverid, Oid userid);
 extern void redis_conn_check_usage(const RedisConn *conn);
 extern void redis_conn_pin(RedisConn *conn);
 extern void redis_conn_unpin(RedisConn *conn);

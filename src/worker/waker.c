@@ -742,7 +742,7 @@ look_at_requests(MemoryContext tmpcxt)
 		RedisLockEntry *entry = (RedisLockEntry *) lfirst(lc);
 
 		conns[foreach_current_index(lc)] =
-			redislock_worker_conn(entry->serverid, entry->userid);
+			redis_conn_for_worker(entry->serverid, entry->userid);
 	}
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(waker_cxt);

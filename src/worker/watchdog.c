@@ -150,7 +150,7 @@ find_connections(Renewal *due, int ndue)
 	for (i = 0; i < ndue; i++)
 		due[i].conn = i > 0 && renewal_cmp(&due[i - 1], &due[i]) == 0 ?
 			due[i - 1].conn :
-			redislock_worker_conn(due[i].entry->serverid, due[i].entry->userid);
+			redis_conn_for_worker(due[i].entry->serverid, due[i].entry->userid);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 }

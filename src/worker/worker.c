@@ -81,11 +81,10 @@
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "guc.h"
-#include "server/server.h"
 #include "worker/worker.h"
 
 /*
@@ -1011,47 +1010,6 @@ redislock_recovery_succeeded(void)
 	SpinLockAcquire(&state->mutex);
 	state->recovered = true;
 	SpinLockRelease(&state->mutex);
-}
-
-/*
- * For a database's worker: the connection of serverid and userid, or NULL
- * (logged) when it cannot be had: the server was dropped, or its options
- * are no longer valid.  In a subtransaction of the current transaction, so
- * that the failure of one server leaves the others alone.
- */
-RedisConn *
-redislock_worker_conn(Oid serverid, Oid userid)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	RedisConn  *volatile conn = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		conn = redis_conn_for_user(serverid, userid);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		ereport(LOG,
-				(errcode(edata->sqlerrcode),
-				 errmsg("could not connect to foreign server %u in the redislock worker",
-						serverid),
-				 errdetail_internal("%s", edata->message)));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return conn;
 }
 
 /*

@@ -17,7 +17,6 @@
 
 #include "datatype/timestamp.h"
 
-struct RedisConn;
 struct WaitEventSet;
 
 /* Work for a database's worker, as bits of a request */
@@ -31,7 +30,6 @@ extern void worker_shmem_startup(void);
 extern bool redislock_request_worker(Oid dboid, uint32 work);
 extern void redislock_request_renewal(TimestampTz due);
 extern int	redislock_worker_pid(Oid dboid);
-extern struct RedisConn *redislock_worker_conn(Oid serverid, Oid userid);
 
 /* The recovery worker's place in the launcher's table (recoverer.c) */
 extern bool redislock_attach_recovery(Oid dboid);
