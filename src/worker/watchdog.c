@@ -8,7 +8,7 @@
  * A backend granted a lock with redislock.lease_renewal on publishes in
  * the shared lock table until when the lock may be renewed (its grant plus
  * redislock.lease_renewal_limit), and asks its database's worker for
- * renewal (worker.c).  The worker copies the table, and renews each lease
+ * renewal (request.c).  The worker copies the table, and renews each lease
  * a third of its ttl after its last renewal, by the holder or by the
  * worker, with the script that redis_lock_extend() runs: it resets the
  * lease only if the key still carries the holder's owner token.  All the

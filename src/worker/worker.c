@@ -5,18 +5,9 @@
  *		worker per database that renews leases and wakes waiters, and the
  *		recovery worker (recoverer.c).
  *
- * Foreign servers and user mappings live in each database's catalog, so
- * work on Redis is done by a worker connected to the database whose
- * servers it concerns.  The launcher, connected to no database, starts
- * those workers.  A small table in shared memory holds, per database whose
- * locks want a worker, the work asked for, the worker attached, and when
- * the next start may be.  Any process may ask for work there
- * (redislock_request_worker()), and setting the launcher's latch wakes it
- * to start the worker.  The table has redislock.max_workers slots, and the
- * launcher starts no other worker than theirs, one recovery worker and
- * itself: that is all redislock takes of max_worker_processes.  A request
- * that finds no slot fails, and a lock whose renewal it asked for says so
- * with a WARNING rather than go unrenewed unseen.
+ * The launcher, connected to no database, starts the workers that the
+ * table of request.c asks for, a worker per database whose locks want one,
+ * and watches them.
  *
  * Renewal comes first: the worker that renews leases and wakes waiters does
  * nothing else.  Stock recovery may be long (it SCANs every key), wait for
@@ -76,8 +67,6 @@
 #include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
-#include "storage/shmem.h"
-#include "storage/spin.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -120,32 +109,6 @@
 /* The launcher's restart after it exits with an error, in seconds */
 #define LAUNCHER_RESTART_S	5
 
-/* A database with work asked for, or a worker */
-typedef struct WorkerSlot
-{
-	Oid			dboid;			/* InvalidOid when the slot is free */
-	uint32		work;			/* REDISLOCK_WORK_* asked for */
-	uint32		taken;			/* what of it the worker attached does */
-	pid_t		pid;			/* the worker attached, 0 when none */
-	Latch	   *latch;			/* and its latch, NULL when none */
-	pg_atomic_uint64 renew_wake_at; /* when the worker, renewing, next looks
-									 * at the leases; 0 while it looks */
-	int			attempts;		/* starts since the work was last done */
-	TimestampTz not_before;		/* no start before this */
-} WorkerSlot;
-
-typedef struct WorkerState
-{
-	slock_t		mutex;
-	Latch	   *launcher_latch; /* NULL while no launcher runs */
-	Oid			recovering;		/* the database of the last recovery
-								 * started */
-	pid_t		recovery_pid;	/* its worker, 0 when none runs */
-	bool		recovered;		/* it recovered every server there */
-	int			nslots;
-	WorkerSlot	slots[FLEXIBLE_ARRAY_MEMBER];
-} WorkerState;
-
 /* A database whose recovery the launcher has yet to run */
 typedef struct PendingRecovery
 {
@@ -154,8 +117,6 @@ typedef struct PendingRecovery
 	TimestampTz not_before;		/* no try before this */
 } PendingRecovery;
 
-static WorkerState *state = NULL;
-
 /*
  * The launcher's starts of workers, per slot, and of the recovery worker,
  * until they stopped; and its queue of recoveries, PendingRecovery *
@@ -163,49 +124,6 @@ static WorkerState *state = NULL;
 static BackgroundWorkerHandle **launches = NULL;
 static BackgroundWorkerHandle *recovery_launch = NULL;
 static List *pending = NIL;
-
-/* A worker's slot */
-static WorkerSlot *my_slot = NULL;
-
-static Size
-worker_state_size(void)
-{
-	return add_size(offsetof(WorkerState, slots),
-					mul_size(redislock_max_workers, sizeof(WorkerSlot)));
-}
-
-/* Ask for the workers' table (see redislock.c's hook) */
-void
-worker_shmem_request(void)
-{
-	RequestAddinShmemSpace(worker_state_size());
-}
-
-/*
- * Make the table, empty: a slot per database with work or a worker, as
- * many as redislock.max_workers.  At a restart after a crash the
- * postmaster makes all shared memory anew and comes here again, so that
- * nothing from before the crash survives.
- */
-void
-worker_shmem_startup(void)
-{
-	bool		found;
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	state = ShmemInitStruct("redislock worker", worker_state_size(), &found);
-	if (!found)
-	{
-		int			i;
-
-		memset(state, 0, worker_state_size());
-		SpinLockInit(&state->mutex);
-		state->nslots = redislock_max_workers;
-		for (i = 0; i < state->nslots; i++)
-			pg_atomic_init_u64(&state->slots[i].renew_wake_at, 0);
-	}
-	LWLockRelease(AddinShmemInitLock);
-}
 
 /*
  * A worker of this library that connects to a database, started once a
@@ -238,135 +156,6 @@ redislock_init_worker(void)
 	define_worker(&launcher, "redislock_launcher_main", "redislock launcher");
 	launcher.bgw_restart_time = LAUNCHER_RESTART_S;
 	RegisterBackgroundWorker(&launcher);
-}
-
-/* The slot of dboid, or a free one for InvalidOid; the mutex is held */
-static WorkerSlot *
-find_slot(Oid dboid)
-{
-	int			i;
-
-	for (i = 0; i < state->nslots; i++)
-		if (state->slots[i].dboid == dboid)
-			return &state->slots[i];
-	return NULL;
-}
-
-/* Wake the launcher, if one runs */
-static void
-wake_launcher(void)
-{
-	Latch	   *latch;
-
-	SpinLockAcquire(&state->mutex);
-	latch = state->launcher_latch;
-	SpinLockRelease(&state->mutex);
-	if (latch != NULL)
-		SetLatch(latch);
-}
-
-/*
- * Ask for work in a database: its worker is started if none runs, and does
- * the work before it exits; a worker that runs is woken to take it.  False
- * when the server was not started with redislock preloaded, or when every
- * slot of the table serves another database.
- */
-bool
-redislock_request_worker(Oid dboid, uint32 work)
-{
-	WorkerSlot *slot;
-	Latch	   *worker_latch = NULL;
-
-	if (state == NULL)
-		return false;
-
-	SpinLockAcquire(&state->mutex);
-	slot = find_slot(dboid);
-	if (slot == NULL && (slot = find_slot(InvalidOid)) != NULL)
-	{
-		slot->dboid = dboid;
-		slot->attempts = 0;
-		slot->not_before = 0;
-	}
-	if (slot != NULL)
-	{
-		slot->work |= work;
-		worker_latch = slot->latch;
-	}
-	SpinLockRelease(&state->mutex);
-
-	if (worker_latch != NULL)
-		SetLatch(worker_latch);
-	else if (slot != NULL)
-		wake_launcher();
-	return slot != NULL;
-}
-
-/*
- * Will this database's worker look at the leases by due, without being
- * asked?  It will when it renews (asked for renewal, and still doing it)
- * and has said that it looks again by then.  Read without the mutex: the
- * caller has published its lock before (a full barrier is between), and
- * the worker says it looks (renew_wake_at 0) before it copies the lock
- * table, and stops renewing only after a last look with the bit cleared.
- * Whichever of the two comes first, the lock is seen.
- */
-static bool
-renewal_on_time(Oid dboid, TimestampTz due)
-{
-	int			i;
-
-	pg_memory_barrier();
-	for (i = 0; i < state->nslots; i++)
-	{
-		WorkerSlot *slot = &state->slots[i];
-		uint64		wake_at;
-
-		if (slot->dboid != dboid ||
-			((slot->work | slot->taken) & REDISLOCK_WORK_RENEW) == 0)
-			continue;
-		wake_at = pg_atomic_read_u64(&slot->renew_wake_at);
-		return wake_at != 0 && (TimestampTz) wake_at <= due;
-	}
-	return false;
-}
-
-/*
- * A lock was granted, in this database, whose lease the watchdog renews
- * first at due: ask for renewal unless the worker renews already and looks
- * by then.  Most acquires so write nothing to shared memory here.  When
- * every slot serves another database, the lease runs out unless a later
- * request finds one: say so now, not when the lock is found lost.
- */
-void
-redislock_request_renewal(TimestampTz due)
-{
-	if (state == NULL || renewal_on_time(MyDatabaseId, due))
-		return;
-	if (!redislock_request_worker(MyDatabaseId, REDISLOCK_WORK_RENEW))
-		ereport(WARNING,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("no redislock worker is free to renew the lease of this lock"),
-				 errdetail("All %d worker slots serve other databases, so the lease ends after its ttl_ms unless a slot frees up before.",
-						   state->nslots),
-				 errhint("You might need to increase redislock.max_workers.")));
-}
-
-/* The pid of the worker that runs in a database, 0 when none does */
-int
-redislock_worker_pid(Oid dboid)
-{
-	WorkerSlot *slot;
-	int			pid = 0;
-
-	if (state == NULL)
-		return 0;
-	SpinLockAcquire(&state->mutex);
-	slot = find_slot(dboid);
-	if (slot != NULL)
-		pid = slot->pid;
-	SpinLockRelease(&state->mutex);
-	return pid;
 }
 
 /*
@@ -440,7 +229,7 @@ forget_stopped_launches(void)
 {
 	int			i;
 
-	for (i = 0; i < state->nslots; i++)
+	for (i = 0; i < worker_nslots(); i++)
 	{
 		pid_t		pid;
 
@@ -473,23 +262,17 @@ terminate_in_the_way(pid_t pid, Oid dboid)
 static void
 terminate_workers_in_the_way(void)
 {
-	Oid			dboid;
-	pid_t		pid;
+	WorkerSlotCopy slot;
+	RecoveryCopy recovery;
 	int			i;
 
-	for (i = 0; i < state->nslots; i++)
+	for (i = 0; i < worker_nslots(); i++)
 	{
-		SpinLockAcquire(&state->mutex);
-		dboid = state->slots[i].dboid;
-		pid = state->slots[i].pid;
-		SpinLockRelease(&state->mutex);
-		terminate_in_the_way(pid, dboid);
+		worker_read_slot(i, &slot);
+		terminate_in_the_way(slot.pid, slot.dboid);
 	}
-	SpinLockAcquire(&state->mutex);
-	dboid = state->recovering;
-	pid = state->recovery_pid;
-	SpinLockRelease(&state->mutex);
-	terminate_in_the_way(pid, dboid);
+	worker_read_recovery(&recovery);
+	terminate_in_the_way(recovery.pid, recovery.dboid);
 }
 
 /*
@@ -530,34 +313,28 @@ start_worker(int i, Oid dboid)
  * DT_NOEND when the slot was freed.
  */
 static TimestampTz
-start_due_worker(int i, Oid dboid, List *dbs, TimestampTz now)
+start_due_worker(int i, const WorkerSlotCopy *slot, List *dbs,
+				 TimestampTz now)
 {
-	WorkerSlot *slot = &state->slots[i];
 	TimestampTz not_before;
 
-	if (!list_member_oid(dbs, dboid))
+	if (!list_member_oid(dbs, slot->dboid))
 	{
 		ereport(DEBUG1,
 				(errmsg_internal("redislock forgets database %u, which no longer takes connections",
-								 dboid)));
-		SpinLockAcquire(&state->mutex);
-		if (slot->dboid == dboid && slot->pid == 0)
-			slot->dboid = InvalidOid;
-		SpinLockRelease(&state->mutex);
+								 slot->dboid)));
+		worker_free_slot(i, slot->dboid);
 		return DT_NOEND;
 	}
 
-	SpinLockAcquire(&state->mutex);
 	not_before = TimestampTzPlusMilliseconds(now,
 											 retry_pause_ms(slot->attempts,
 															FIRST_RESTART_MS,
 															LAST_RESTART_MS));
-	slot->not_before = not_before;
-	slot->attempts++;
-	SpinLockRelease(&state->mutex);
+	worker_postpone_slot(i, not_before);
 
-	if (!database_claimed(dboid))
-		start_worker(i, dboid);
+	if (!database_claimed(slot->dboid))
+		start_worker(i, slot->dboid);
 	return not_before;
 }
 
@@ -571,43 +348,42 @@ start_due_workers(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = DT_NOEND;
-	Oid		   *due = palloc0(sizeof(Oid) * state->nslots);
+	WorkerSlotCopy *due = palloc0(sizeof(WorkerSlotCopy) * worker_nslots());
 	bool		any_due = false;
 	bool		any_running = false;
 	int			i;
 
 	forget_stopped_launches();
-	SpinLockAcquire(&state->mutex);
-	for (i = 0; i < state->nslots; i++)
+	for (i = 0; i < worker_nslots(); i++)
 	{
-		WorkerSlot *slot = &state->slots[i];
+		WorkerSlotCopy slot;
 
-		if (slot->pid != 0 || launches[i] != NULL)
+		worker_read_slot(i, &slot);
+		if (slot.pid != 0 || launches[i] != NULL)
 			any_running = true;
-		else if (OidIsValid(slot->dboid) && slot->work != 0)
+		else if (OidIsValid(slot.dboid) && slot.work != 0)
 		{
-			if (slot->not_before <= now)
+			if (slot.not_before <= now)
 			{
-				due[i] = slot->dboid;
+				due[i] = slot;
 				any_due = true;
 			}
 			else
-				next = Min(next, slot->not_before);
+				next = Min(next, slot.not_before);
 		}
 	}
-	SpinLockRelease(&state->mutex);
 
 	if (any_due)
 	{
 		List	   *dbs = connectable_databases();
 
-		for (i = 0; i < state->nslots; i++)
+		for (i = 0; i < worker_nslots(); i++)
 		{
 			TimestampTz not_before;
 
-			if (!OidIsValid(due[i]))
+			if (!OidIsValid(due[i].dboid))
 				continue;
-			not_before = start_due_worker(i, due[i], dbs, now);
+			not_before = start_due_worker(i, &due[i], dbs, now);
 			next = Min(next, not_before);
 			any_running |= launches[i] != NULL;
 		}
@@ -709,8 +485,7 @@ static void
 take_recovery_outcome(TimestampTz now)
 {
 	pid_t		pid;
-	Oid			dboid;
-	bool		recovered;
+	RecoveryCopy recovery;
 	PendingRecovery *p;
 
 	if (recovery_launch == NULL ||
@@ -718,13 +493,10 @@ take_recovery_outcome(TimestampTz now)
 		return;
 	pfree(recovery_launch);
 	recovery_launch = NULL;
-	SpinLockAcquire(&state->mutex);
-	dboid = state->recovering;
-	recovered = state->recovered;
-	SpinLockRelease(&state->mutex);
-	if ((p = find_pending(dboid)) == NULL)
+	worker_read_recovery(&recovery);
+	if ((p = find_pending(recovery.dboid)) == NULL)
 		return;
-	if (recovered)
+	if (recovery.recovered)
 		recovery_over(p);
 	else
 		recovery_failed(p, now);
@@ -758,10 +530,7 @@ start_recovery(PendingRecovery *p, TimestampTz now)
 	snprintf(worker.bgw_name, BGW_MAXLEN,
 			 "redislock recovery for database %u", p->dboid);
 	worker.bgw_main_arg = ObjectIdGetDatum(p->dboid);
-	SpinLockAcquire(&state->mutex);
-	state->recovering = p->dboid;
-	state->recovered = false;
-	SpinLockRelease(&state->mutex);
+	worker_recovery_starts(p->dboid);
 	if (!launch(&worker, &recovery_launch))
 		recovery_failed(p, now);
 }
@@ -776,14 +545,12 @@ start_due_recovery(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = DT_NOEND;
-	bool		running;
+	RecoveryCopy recovery;
 	ListCell   *lc;
 
 	take_recovery_outcome(now);
-	SpinLockAcquire(&state->mutex);
-	running = state->recovery_pid != 0;
-	SpinLockRelease(&state->mutex);
-	if (running || recovery_launch != NULL)
+	worker_read_recovery(&recovery);
+	if (recovery.pid != 0 || recovery_launch != NULL)
 		return WATCH_MS;
 	if (RecoveryInProgress())
 		return -1;
@@ -828,15 +595,6 @@ until_sweep(long timeout, TimestampTz next_sweep)
 													  next_sweep), 1));
 }
 
-/* At the launcher's exit: requests no longer wake it */
-static void
-forget_launcher(int code, Datum arg)
-{
-	SpinLockAcquire(&state->mutex);
-	state->launcher_latch = NULL;
-	SpinLockRelease(&state->mutex);
-}
-
 /*
  * The launcher.  On a primary, it queues a recovery in every database, at
  * its start (or at the promotion of the standby it started on) and every
@@ -859,11 +617,8 @@ redislock_launcher_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	launches = MemoryContextAllocZero(TopMemoryContext,
-									  sizeof(BackgroundWorkerHandle *) * state->nslots);
-	SpinLockAcquire(&state->mutex);
-	state->launcher_latch = MyLatch;
-	SpinLockRelease(&state->mutex);
-	on_shmem_exit(forget_launcher, 0);
+									  sizeof(BackgroundWorkerHandle *) * worker_nslots());
+	worker_attach_launcher();
 
 	for (;;)
 	{
@@ -905,114 +660,6 @@ redislock_launcher_main(Datum main_arg)
 
 
 /*
- * Take the slot of dboid as its worker; false when there is none, or when
- * another worker has it (one a previous launcher started)
- */
-static bool
-attach_slot(Oid dboid)
-{
-	SpinLockAcquire(&state->mutex);
-	my_slot = find_slot(dboid);
-	if (my_slot != NULL && my_slot->pid == 0)
-	{
-		my_slot->pid = MyProcPid;
-		my_slot->latch = MyLatch;
-	}
-	else
-		my_slot = NULL;
-	SpinLockRelease(&state->mutex);
-	return my_slot != NULL;
-}
-
-/*
- * At a worker's exit, however it exits (done, failed or terminated): leave
- * the slot, with the work it took and did not finish asked for again, and
- * free the slot when no work is left.  The launcher starts a worker again
- * only for work not done.
- */
-static void
-detach_slot(int code, Datum arg)
-{
-	SpinLockAcquire(&state->mutex);
-	my_slot->work |= my_slot->taken;
-	my_slot->taken = 0;
-	my_slot->pid = 0;
-	my_slot->latch = NULL;
-	pg_atomic_write_u64(&my_slot->renew_wake_at, 0);
-	if (my_slot->work == 0)
-		my_slot->dboid = InvalidOid;
-	SpinLockRelease(&state->mutex);
-	wake_launcher();
-}
-
-/*
- * Take the work asked for in this database: a request made while it is
- * done asks for it once more
- */
-static uint32
-take_work(void)
-{
-	uint32		work;
-
-	SpinLockAcquire(&state->mutex);
-	work = my_slot->work;
-	my_slot->taken |= work;
-	my_slot->work = 0;
-	SpinLockRelease(&state->mutex);
-	return work;
-}
-
-/* Work is done: the next request starts a worker without a pause */
-static void
-work_done(uint32 work)
-{
-	SpinLockAcquire(&state->mutex);
-	my_slot->taken &= ~work;
-	my_slot->attempts = 0;
-	my_slot->not_before = 0;
-	SpinLockRelease(&state->mutex);
-}
-
-/* At the recovery worker's exit, however it exits: the next may start */
-static void
-detach_recovery(int code, Datum arg)
-{
-	SpinLockAcquire(&state->mutex);
-	state->recovery_pid = 0;
-	SpinLockRelease(&state->mutex);
-	wake_launcher();
-}
-
-/*
- * Take the recovery of dboid as its worker (recoverer.c); false when it is
- * not the one the launcher started last, or when another worker has it
- * (one a previous launcher started)
- */
-bool
-redislock_attach_recovery(Oid dboid)
-{
-	bool		attached;
-
-	SpinLockAcquire(&state->mutex);
-	attached = state->recovering == dboid && state->recovery_pid == 0;
-	if (attached)
-		state->recovery_pid = MyProcPid;
-	SpinLockRelease(&state->mutex);
-	if (attached)
-		on_shmem_exit(detach_recovery, 0);
-	return attached;
-}
-
-/* The recovery worker recovered every server of its database */
-void
-redislock_recovery_succeeded(void)
-{
-	SpinLockAcquire(&state->mutex);
-	state->recovered = true;
-	SpinLockRelease(&state->mutex);
-}
-
-/*
  * What a database's worker has to do: renew leases while locks here want
  * it, and listen for the releases that waiters here wait for
  */
@@ -1032,7 +679,7 @@ typedef struct WorkerPlan
 static void
 plan_taken_work(WorkerPlan *plan)
 {
-	uint32		work = take_work();
+	uint32		work = worker_take_work();
 
 	if (work & REDISLOCK_WORK_RENEW)
 	{
@@ -1051,12 +698,10 @@ plan_taken_work(WorkerPlan *plan)
 static bool
 stop_renewing(WorkerPlan *plan)
 {
-	work_done(REDISLOCK_WORK_RENEW);
+	worker_work_done(REDISLOCK_WORK_RENEW);
 	if (watchdog_renew_due_leases() == DT_NOEND)
 		return true;
-	SpinLockAcquire(&state->mutex);
-	my_slot->taken |= REDISLOCK_WORK_RENEW;
-	SpinLockRelease(&state->mutex);
+	worker_retake_work(REDISLOCK_WORK_RENEW);
 	return false;
 }
 
@@ -1075,7 +720,7 @@ renew_as_planned(WorkerPlan *plan)
 	TimestampTz next;
 	TimestampTz now;
 
-	pg_atomic_write_u64(&my_slot->renew_wake_at, 0);
+	worker_set_renew_wake_at(0);
 	pg_memory_barrier();
 	next = watchdog_renew_due_leases();
 	now = GetCurrentTimestamp();
@@ -1093,7 +738,7 @@ renew_as_planned(WorkerPlan *plan)
 	}
 	plan->renew_at = Min(next, TimestampTzPlusMilliseconds(now,
 														   RENEW_MAX_SLEEP_MS));
-	pg_atomic_write_u64(&my_slot->renew_wake_at, (uint64) plan->renew_at);
+	worker_set_renew_wake_at(plan->renew_at);
 }
 
 /*
@@ -1118,15 +763,13 @@ wake_as_planned(WorkerPlan *plan)
 	else if (now >= TimestampTzPlusMilliseconds(plan->wake_idle_since,
 												WAKE_LINGER_MS))
 	{
-		work_done(REDISLOCK_WORK_WAKE);
+		worker_work_done(REDISLOCK_WORK_WAKE);
 		if (waker_serve() == 0)
 		{
 			plan->waking = false;
 			return;
 		}
-		SpinLockAcquire(&state->mutex);
-		my_slot->taken |= REDISLOCK_WORK_WAKE;
-		SpinLockRelease(&state->mutex);
+		worker_retake_work(REDISLOCK_WORK_WAKE);
 		plan->wake_idle_since = 0;
 	}
 }
@@ -1174,9 +817,8 @@ redislock_worker_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	if (!attach_slot(dboid))
+	if (!worker_attach_slot(dboid))
 		proc_exit(0);
-	on_shmem_exit(detach_slot, 0);
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
 	plan.renew_at = DT_NOEND;
