@@ -6,12 +6,12 @@
  *
  * Foreign servers and user mappings live in each database's catalog, so
  * work on Redis is done by a worker connected to the database whose
- * servers it concerns.  The launcher, connected to no database, starts
- * those workers (worker.c).  A small table in shared memory holds, per
- * database whose locks want a worker, the work asked for, the worker
- * attached, and when the next start may be.  Any process may ask for work
- * there (redislock_request_worker()), and setting the launcher's latch
- * wakes it to start the worker.  The table has redislock.max_workers
+ * servers it concerns (dbworker.c).  The launcher (launcher.c), connected
+ * to no database, starts those workers.  A small table in shared memory
+ * holds, per database whose locks want a worker, the work asked for, the
+ * worker attached, and when the next start may be.  Any process may ask
+ * for work there (redislock_request_worker()), and setting the launcher's
+ * latch wakes it to start the worker.  The table has redislock.max_workers
  * slots, and the launcher starts no other worker than theirs, one recovery
  * worker and itself: that is all redislock takes of max_worker_processes.
  * A request that finds no slot fails, and a lock whose renewal it asked

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * worker.h
- *		The background workers of a preloaded redislock (worker.c): a
- *		launcher, and a worker per database that it starts on demand, around
- *		a table in shared memory (request.c).
+ *		The background workers of a preloaded redislock: a launcher
+ *		(launcher.c), and a worker per database that it starts on demand
+ *		(dbworker.c), around a table in shared memory (request.c).
  *
  * Any process may ask for a database's worker with
  * redislock_request_worker(), naming the work it wants done there; the
@@ -25,7 +25,7 @@ struct WaitEventSet;
 #define REDISLOCK_WORK_WAKE		0x0004	/* listen for the releases of locks
 										 * that backends wait for */
 
-/* The launcher's registration, from _PG_init (worker.c) */
+/* The launcher's registration, from _PG_init (launcher.c) */
 extern void redislock_init_worker(void);
 
 /* The workers' table, and the requests made there (request.c) */

@@ -1,13 +1,14 @@
 /*-------------------------------------------------------------------------
  *
- * worker.c
- *		The background workers of a preloaded redislock: a launcher, a
- *		worker per database that renews leases and wakes waiters, and the
- *		recovery worker (recoverer.c).
+ * launcher.c
+ *		The launcher of a preloaded redislock's background workers: it
+ *		starts the worker of each database whose locks ask for one
+ *		(dbworker.c), and the stock recoveries (recoverer.c), one at a time.
  *
- * The launcher, connected to no database, starts the workers that the
- * table of request.c asks for, a worker per database whose locks want one,
- * and watches them.
+ * The launcher, connected to no database, is woken by the requests made
+ * in the workers' table (request.c), starts the workers that are due
+ * there, and watches them; it is registered at _PG_init, restarted when it
+ * fails, and, as every process, after a crash.
  *
  * Renewal comes first: the worker that renews leases and wakes waiters does
  * nothing else.  Stock recovery may be long (it SCANs every key), wait for
@@ -30,20 +31,11 @@
  * to PostgreSQL: the launcher and the database workers start once the
  * standby is consistent.  Recovery, which writes, waits for a promotion.
  *
- * A worker that locks of its database ask for (REDISLOCK_WORK_RENEW)
- * stays while they want their leases renewed (watchdog.c), and a little
- * longer, waking for each renewal; a backend granted such a lock wakes it
- * only when the worker would otherwise look too late.  Likewise, a worker
- * that waiters ask to listen for their locks' releases (REDISLOCK_WORK_WAKE,
- * waker.c) stays while they wait, and a little longer, waking for what
- * comes on its subscriptions as well as for its latch.  DROP DATABASE, and
- * the other commands that need a database to themselves, wait a few
- * seconds for its connections to leave and then fail; the launcher watches
- * for them and terminates a worker in their way, the recovery worker
- * included, as those commands themselves terminate autovacuum workers.
- *
- * After a crash the postmaster makes shared memory anew: nothing from
- * before is kept, and the launcher, restarted, begins again.
+ * DROP DATABASE, and the other commands that need a database to
+ * themselves, wait a few seconds for its connections to leave and then
+ * fail; the launcher watches for them and terminates a worker in their
+ * way, the recovery worker included, as those commands themselves
+ * terminate autovacuum workers.
  *
  *-------------------------------------------------------------------------
  */
@@ -58,15 +50,11 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "catalog/pg_database.h"
-#include "commands/dbcommands.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
-#include "storage/proc.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -91,20 +79,6 @@
  * and, on a standby, for a promotion
  */
 #define WATCH_MS			500
-
-/*
- * A renewing worker looks at the leases at least this often, and stays
- * this long once no lease is left to renew (ms)
- */
-#define RENEW_MAX_SLEEP_MS	1000
-#define RENEW_LINGER_MS		10000
-
-/*
- * A worker that listens for waiters looks at the lock table at least this
- * often, and stays this long once no waiter asks it to listen (ms)
- */
-#define WAKE_MAX_SLEEP_MS	1000
-#define WAKE_LINGER_MS		10000
 
 /* The launcher's restart after it exits with an error, in seconds */
 #define LAUNCHER_RESTART_S	5
@@ -307,10 +281,10 @@ start_worker(int i, Oid dboid)
 }
 
 /*
- * Start the worker of slot i, whose work is due, unless its database is
- * gone or taken by a command.  The next start, if this one fails, waits
- * longer, but never long, as locks wait for it: returns when it may be,
- * DT_NOEND when the slot was freed.
+ * Start the worker of slot i, copied in slot, whose work is due, unless
+ * its database is gone or taken by a command.  The next start, if this
+ * one fails, waits longer, but never long, as locks wait for it: returns
+ * when it may be, DT_NOEND when the slot was freed.
  */
 static TimestampTz
 start_due_worker(int i, const WorkerSlotCopy *slot, List *dbs,
@@ -617,7 +591,8 @@ redislock_launcher_main(Datum main_arg)
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	launches = MemoryContextAllocZero(TopMemoryContext,
-									  sizeof(BackgroundWorkerHandle *) * worker_nslots());
+									  sizeof(BackgroundWorkerHandle *) *
+									  worker_nslots());
 	worker_attach_launcher();
 
 	for (;;)
@@ -658,191 +633,3 @@ redislock_launcher_main(Datum main_arg)
 	}
 }
 
-
-/*
- * What a database's worker has to do: renew leases while locks here want
- * it, and listen for the releases that waiters here wait for
- */
-typedef struct WorkerPlan
-{
-	bool		renewing;		/* renewal taken, and not given up */
-	TimestampTz renew_at;		/* the next look at the leases, DT_NOEND
-								 * when not renewing */
-	TimestampTz idle_since;		/* no lease to renew since, 0 while some */
-	bool		waking;			/* listening for waiters taken, and not
-								 * given up */
-	TimestampTz wake_idle_since;	/* no waiter to listen for since, 0
-									 * while some */
-} WorkerPlan;
-
-/* Add to the plan the work asked for since the worker last looked */
-static void
-plan_taken_work(WorkerPlan *plan)
-{
-	uint32		work = worker_take_work();
-
-	if (work & REDISLOCK_WORK_RENEW)
-	{
-		plan->renewing = true;
-		plan->renew_at = 0;
-	}
-	if (work & REDISLOCK_WORK_WAKE)
-		plan->waking = true;
-}
-
-/*
- * Stop renewing, no lease having wanted it for a while: renewal is done,
- * and a last look, with the request cleared, finds any lock granted before
- * (a lock granted later asks again).  False when that look found some.
- */
-static bool
-stop_renewing(WorkerPlan *plan)
-{
-	worker_work_done(REDISLOCK_WORK_RENEW);
-	if (watchdog_renew_due_leases() == DT_NOEND)
-		return true;
-	worker_retake_work(REDISLOCK_WORK_RENEW);
-	return false;
-}
-
-/*
- * Renew the leases that are due, and plan the next look: when the next
- * lease is due, and at least every RENEW_MAX_SLEEP_MS, so that a lock
- * granted meanwhile with a longer lease need not wake the worker.  While
- * the worker looks, and while it sleeps, the slot says until when, which
- * is what backends granted a lock read (redislock_request_renewal()).
- * The worker stays RENEW_LINGER_MS with no lease to renew, as locks come
- * and go.
- */
-static void
-renew_as_planned(WorkerPlan *plan)
-{
-	TimestampTz next;
-	TimestampTz now;
-
-	worker_set_renew_wake_at(0);
-	pg_memory_barrier();
-	next = watchdog_renew_due_leases();
-	now = GetCurrentTimestamp();
-	if (next != DT_NOEND)
-		plan->idle_since = 0;
-	else if (plan->idle_since == 0)
-		plan->idle_since = now;
-	else if (now >= TimestampTzPlusMilliseconds(plan->idle_since,
-												RENEW_LINGER_MS) &&
-			 stop_renewing(plan))
-	{
-		plan->renewing = false;
-		plan->renew_at = DT_NOEND;
-		return;
-	}
-	plan->renew_at = Min(next, TimestampTzPlusMilliseconds(now,
-														   RENEW_MAX_SLEEP_MS));
-	worker_set_renew_wake_at(plan->renew_at);
-}
-
-/*
- * Listen for the releases that the database's waiters wait for (waker.c),
- * while they ask for it, and WAKE_LINGER_MS longer; like renewal, the
- * request is cleared before a last look, so that a wait that asked
- * meanwhile is seen (a wait asks again at each of its requests).
- */
-static void
-wake_as_planned(WorkerPlan *plan)
-{
-	TimestampTz now;
-
-	if (waker_serve() > 0)
-	{
-		plan->wake_idle_since = 0;
-		return;
-	}
-	now = GetCurrentTimestamp();
-	if (plan->wake_idle_since == 0)
-		plan->wake_idle_since = now;
-	else if (now >= TimestampTzPlusMilliseconds(plan->wake_idle_since,
-												WAKE_LINGER_MS))
-	{
-		worker_work_done(REDISLOCK_WORK_WAKE);
-		if (waker_serve() == 0)
-		{
-			plan->waking = false;
-			return;
-		}
-		worker_retake_work(REDISLOCK_WORK_WAKE);
-		plan->wake_idle_since = 0;
-	}
-}
-
-/*
- * Sleep until the plan's next work is due, a request sets the latch, or
- * something comes on a subscription of the waiters'
- */
-static void
-sleep_as_planned(const WorkerPlan *plan)
-{
-	TimestampTz wake = plan->renew_at;
-	long		timeout_ms;
-	WaitEventSet *set;
-	WaitEvent	event;
-
-	if (plan->waking)
-		wake = Min(wake, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 WAKE_MAX_SLEEP_MS));
-	timeout_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), wake);
-	set = compat_wait_set(false, 2 + (plan->waking ? waker_nsockets() : 0));
-	AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	if (plan->waking)
-		waker_add_sockets(set);
-	(void) WaitEventSetWait(set, Max(timeout_ms, 1), &event, 1,
-							redislock_wait_event());
-	FreeWaitEventSet(set);
-	ResetLatch(MyLatch);
-}
-
-/*
- * A database's worker: it does the work asked for there, and exits when
- * none is left.  It does nothing else, so that no other work delays a
- * renewal: stock recovery has a worker of its own (recoverer.c).
- */
-void
-redislock_worker_main(Datum main_arg)
-{
-	Oid			dboid = DatumGetObjectId(main_arg);
-	WorkerPlan	plan = {0};
-	MemoryContext work_cxt;
-
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	if (!worker_attach_slot(dboid))
-		proc_exit(0);
-	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
-
-	plan.renew_at = DT_NOEND;
-	work_cxt = AllocSetContextCreate(TopMemoryContext, "redislock worker",
-									 ALLOCSET_DEFAULT_SIZES);
-	MemoryContextSwitchTo(work_cxt);
-	for (;;)
-	{
-		MemoryContextReset(work_cxt);
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		plan_taken_work(&plan);
-		if (!plan.renewing && !plan.waking)
-			break;
-		if (plan.renewing && plan.renew_at <= GetCurrentTimestamp())
-			renew_as_planned(&plan);
-		if (plan.waking)
-			wake_as_planned(&plan);
-		if (plan.renewing || plan.waking)
-			sleep_as_planned(&plan);
-	}
-	proc_exit(0);
-}
