@@ -42,7 +42,6 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 
 #include "guc.h"
 #include "lock/lock.h"
