@@ -13,8 +13,8 @@ OBJS = src/redislock.o src/guc.o src/compat.o src/keys.o src/scripts.o \
 	src/calls/cleanup.o \
 	src/lock/lock.o src/lock/locktable.o src/lock/wake.o \
 	src/stock/stock.o src/stock/decisions.o src/stock/recover.o \
-	src/worker/worker.o src/worker/watchdog.o src/worker/waker.o \
-	src/worker/recoverer.o
+	src/worker/request.o src/worker/launcher.o src/worker/dbworker.o \
+	src/worker/watchdog.o src/worker/waker.o src/worker/recoverer.o
 SHLIB_LINK = -lhiredis
 
 DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \

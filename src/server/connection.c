@@ -17,6 +17,7 @@
 
 #include "access/parallel.h"
 #include "access/reloptions.h"
+#include "access/xact.h"
 #include "catalog/pg_foreign_server.h"
 #include "catalog/pg_user_mapping.h"
 #include "foreign/foreign.h"
@@ -26,6 +27,7 @@
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/syscache.h"
 #include "utils/tuplestore.h"
 
@@ -388,7 +390,7 @@ refreshed_connection(RedisConn *conn, Oid serverid, Oid userid)
  * use the current user's, after checking its privileges; the lease
  * watchdog uses the user mapping that the lock's holder used.
  */
-RedisConn *
+static RedisConn *
 redis_conn_for_user(Oid serverid, Oid userid)
 {
 	RedisConn  *conn = NULL;
@@ -408,6 +410,48 @@ redis_conn_for_user(Oid serverid, Oid userid)
 	}
 	if (conn == NULL || conn->invalidated)
 		conn = refreshed_connection(conn, serverid, userid);
+	return conn;
+}
+
+/*
+ * redis_conn_for_user() for a background worker: the connection entry of
+ * serverid and userid, or NULL (logged) when it cannot be had: the server
+ * was dropped, or its options are no longer valid.  It is found in a
+ * subtransaction of the current transaction, so that the failure of one
+ * server leaves the worker's work on the others alone.
+ */
+RedisConn *
+redis_conn_for_worker(Oid serverid, Oid userid)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	RedisConn  *volatile conn = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		conn = redis_conn_for_user(serverid, userid);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		ereport(LOG,
+				(errcode(edata->sqlerrcode),
+				 errmsg("could not connect to foreign server %u in the redislock worker",
+						serverid),
+				 errdetail_internal("%s", edata->message)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
 	return conn;
 }
 

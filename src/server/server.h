@@ -52,7 +52,7 @@ extern void redis_read_options(RedisServerOptions *opts, List *server_options,
 							   List *mapping_options);
 
 extern RedisConn *redis_conn_current(void);
-extern RedisConn *redis_conn_for_user(Oid serverid, Oid userid);
+extern RedisConn *redis_conn_for_worker(Oid serverid, Oid userid);
 extern void redis_conn_check_usage(const RedisConn *conn);
 extern void redis_conn_pin(RedisConn *conn);
 extern void redis_conn_unpin(RedisConn *conn);

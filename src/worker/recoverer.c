@@ -5,7 +5,7 @@
  *		database, the decrements of Redis stock that transactions left
  *		open, as redis_stock_recover() settles them, and exits.
  *
- * The launcher (worker.c) starts one recovery worker at a time for the
+ * The launcher (launcher.c) starts one recovery worker at a time for the
  * whole server, one database after another: at start, after a crash,
  * after a promotion, and every redislock.recover_interval; never on a
  * standby.  Recovery may be long (it SCANs every key of a server) and may

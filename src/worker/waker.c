@@ -88,7 +88,7 @@ struct WakerNode
 
 /*
  * A node that no wait has needed for this long (ms) is closed; the worker
- * stays longer than this once its waits have ended (worker.c), so that its
+ * stays longer than this once its waits have ended (dbworker.c), so that its
  * last looks close them all
  */
 #define NODE_IDLE_MS		5000
@@ -742,7 +742,7 @@ look_at_requests(MemoryContext tmpcxt)
 		RedisLockEntry *entry = (RedisLockEntry *) lfirst(lc);
 
 		conns[foreach_current_index(lc)] =
-			redislock_worker_conn(entry->serverid, entry->userid);
+			redis_conn_for_worker(entry->serverid, entry->userid);
 	}
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(waker_cxt);

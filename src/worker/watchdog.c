@@ -8,7 +8,7 @@
  * A backend granted a lock with redislock.lease_renewal on publishes in
  * the shared lock table until when the lock may be renewed (its grant plus
  * redislock.lease_renewal_limit), and asks its database's worker for
- * renewal (worker.c).  The worker copies the table, and renews each lease
+ * renewal (request.c).  The worker copies the table, and renews each lease
  * a third of its ttl after its last renewal, by the holder or by the
  * worker, with the script that redis_lock_extend() runs: it resets the
  * lease only if the key still carries the holder's owner token.  All the
@@ -42,7 +42,6 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "utils/resowner.h"
 
 #include "guc.h"
 #include "lock/lock.h"
@@ -150,7 +149,7 @@ find_connections(Renewal *due, int ndue)
 	for (i = 0; i < ndue; i++)
 		due[i].conn = i > 0 && renewal_cmp(&due[i - 1], &due[i]) == 0 ?
 			due[i - 1].conn :
-			redislock_worker_conn(due[i].entry->serverid, due[i].entry->userid);
+			redis_conn_for_worker(due[i].entry->serverid, due[i].entry->userid);
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
 }

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * worker.h
- *		The background workers of a preloaded redislock (worker.c): a
- *		launcher, and a worker per database that it starts on demand.
+ *		The background workers of a preloaded redislock: a launcher
+ *		(launcher.c), and a worker per database that it starts on demand
+ *		(dbworker.c), around a table in shared memory (request.c).
  *
  * Any process may ask for a database's worker with
  * redislock_request_worker(), naming the work it wants done there; the
@@ -17,7 +18,6 @@
 
 #include "datatype/timestamp.h"
 
-struct RedisConn;
 struct WaitEventSet;
 
 /* Work for a database's worker, as bits of a request */
@@ -25,17 +25,55 @@ struct WaitEventSet;
 #define REDISLOCK_WORK_WAKE		0x0004	/* listen for the releases of locks
 										 * that backends wait for */
 
+/* The launcher's registration, from _PG_init (launcher.c) */
 extern void redislock_init_worker(void);
+
+/* The workers' table, and the requests made there (request.c) */
 extern void worker_shmem_request(void);
 extern void worker_shmem_startup(void);
 extern bool redislock_request_worker(Oid dboid, uint32 work);
 extern void redislock_request_renewal(TimestampTz due);
 extern int	redislock_worker_pid(Oid dboid);
-extern struct RedisConn *redislock_worker_conn(Oid serverid, Oid userid);
 
-/* The recovery worker's place in the launcher's table (recoverer.c) */
+/* The recovery worker's place in the table (request.c, for recoverer.c) */
 extern bool redislock_attach_recovery(Oid dboid);
 extern void redislock_recovery_succeeded(void);
+
+/*
+ * For the worker folder's own files.  The table of request.c, as the
+ * launcher reads it: a slot, and the recovery it started last.
+ */
+typedef struct WorkerSlotCopy
+{
+	Oid			dboid;			/* InvalidOid when the slot is free */
+	uint32		work;			/* REDISLOCK_WORK_* asked for */
+	pid_t		pid;			/* the worker attached, 0 when none */
+	int			attempts;		/* starts since the work was last done */
+	TimestampTz not_before;		/* no start before this */
+} WorkerSlotCopy;
+
+typedef struct RecoveryCopy
+{
+	Oid			dboid;			/* the database of the recovery */
+	pid_t		pid;			/* its worker, 0 when none runs */
+	bool		recovered;		/* it recovered every server there */
+} RecoveryCopy;
+
+/* The launcher's use of the table (request.c) */
+extern int	worker_nslots(void);
+extern void worker_attach_launcher(void);
+extern void worker_read_slot(int i, WorkerSlotCopy *copy);
+extern void worker_free_slot(int i, Oid dboid);
+extern void worker_postpone_slot(int i, TimestampTz not_before);
+extern void worker_read_recovery(RecoveryCopy *copy);
+extern void worker_recovery_starts(Oid dboid);
+
+/* A database worker's use of its slot (request.c) */
+extern bool worker_attach_slot(Oid dboid);
+extern uint32 worker_take_work(void);
+extern void worker_work_done(uint32 work);
+extern void worker_retake_work(uint32 work);
+extern void worker_set_renew_wake_at(TimestampTz wake_at);
 
 /* The worker's subscriptions on behalf of its database's waiters (waker.c) */
 extern int	waker_serve(void);
