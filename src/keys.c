@@ -31,6 +31,7 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 
+#include "compat.h"
 #include "keys.h"
 
 /* CRC16 (XMODEM: polynomial 0x1021, no reflection), per table, built once */

@@ -43,6 +43,7 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "compat.h"
 #include "guc.h"
 #include "stats.h"
 
