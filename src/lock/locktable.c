@@ -15,7 +15,7 @@
  * touches only an entry's atomics, after checking under the shared lock
  * that the entry still has the id it copied.
  *
- * An entry leaves with its lock on every path where lock.c forgets one
+ * An entry leaves with its lock on every path where held.c forgets one
  * (release, transaction and savepoint end, a failed acquire, backend
  * exit); at exit, whatever a backend still has is freed after lock.c's
  * own clean-up.  A crash restart makes the table anew.
