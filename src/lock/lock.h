@@ -22,6 +22,11 @@
  * reports failures and forgets what is done once the batch has run.
  */
 extern bool locks_have_xact_holds(void);
+extern void locks_verify_before_commit(void);
+extern void locks_end_xact(RedisBatch *batch, bool session_too);
+extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
+
+/* What the lease watchdog shares with the holders' renewals (lease.c) */
 extern void lock_extend_call(RedisCall *call, RedisConn *conn,
 							 const char *rkey, int rkeylen, int slot,
 							 const char *fence_key, int fence_keylen,
@@ -29,9 +34,6 @@ extern void lock_extend_call(RedisCall *call, RedisConn *conn,
 							 const char *hold_fence);
 extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
 								  TimestampTz start);
-extern void locks_verify_before_commit(void);
-extern void locks_end_xact(RedisBatch *batch, bool session_too);
-extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
 
 /*
  * The shared lock table (locktable.c), when the library is preloaded: an
@@ -251,5 +253,16 @@ extern void prepare_release(RedisCall *call, HeldLock *lock,
 							bool waits_no_more);
 extern long long script_result(const RedisCall *call, const char *key);
 extern void warn_lost(HeldLock *lock);
+
+/* lease.c */
+extern void set_lease(HeldLock *lock, int ttl_ms, TimestampTz start);
+extern bool renewed_in_time(const HeldLock *lock, int ttl_ms,
+							TimestampTz start);
+extern bool renewal_kept_lock(const HeldLock *lock, bool renewed, int ttl_ms,
+							  TimestampTz start);
+extern int	errdetail_renewal_failed(const HeldLock *lock, bool renewed);
+extern void check_ttl_for_server(const RedisConn *conn, int ttl_ms);
+extern void prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms);
+extern bool renew_held_lock(HeldLock *lock, int ttl_ms, int elevel);
 
 #endif							/* REDISLOCK_LOCK_H */
