@@ -265,4 +265,7 @@ extern void check_ttl_for_server(const RedisConn *conn, int ttl_ms);
 extern void prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms);
 extern bool renew_held_lock(HeldLock *lock, int ttl_ms, int elevel);
 
+/* acquire.c */
+extern bool acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms);
+
 #endif							/* REDISLOCK_LOCK_H */
