@@ -17,9 +17,9 @@
 #include "calls/calls.h"
 
 /*
- * Transaction-end hooks of lock.c and stock.c, driven by xact.c.  Each
- * queues its Redis work in the batch, with an on_reply callback that
- * reports failures and forgets what is done once the batch has run.
+ * Transaction-end hooks (lockend.c), driven by xact.c.  Each queues its
+ * Redis work in the batch, with an on_reply callback that reports failures
+ * and forgets what is done once the batch has run.
  */
 extern bool locks_have_xact_holds(void);
 extern void locks_verify_before_commit(void);
