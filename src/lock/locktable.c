@@ -828,7 +828,7 @@ locktable_key_visible(Oid roleid)
 /*
  * The user's part of an entry's key, as it has it: after the prefix, cut
  * at a whole character when the entry could not keep all of it, and at a
- * NUL byte as lock.c shows its own keys.
+ * NUL byte as lockview.c shows a backend's own keys.
  */
 text *
 locktable_user_key(const RedisLockEntry *entry)
