@@ -10,8 +10,8 @@ OBJS = src/redislock.o src/guc.o src/compat.o src/keys.o src/scripts.o \
 	src/server/topology.o src/server/cluster.o src/server/sentinel.o \
 	src/server/redlock.o \
 	src/calls/batch.o src/calls/cleanup.o \
-	src/lock/lock.o src/lock/held.o src/lock/lease.o \
-	src/lock/acquire.o src/lock/lockend.o src/lock/lockview.o \
+	src/lock/held.o src/lock/lease.o src/lock/acquire.o \
+	src/lock/lockfuncs.o src/lock/lockview.o src/lock/lockend.o \
 	src/lock/locktable.o src/lock/wake.o \
 	src/stock/stock.o src/stock/decisions.o src/stock/recover.o \
 	src/worker/worker.o src/worker/watchdog.o src/worker/waker.o \

@@ -1,9 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * lock.h
- *		Redis locks: the locks a backend holds (lock.c), the shared lock
- *		table of a preloaded library (locktable.c), and the subscriptions
- *		that wake a lock's waiters (wake.c).
+ *		Redis locks: the locks a backend holds (held.c), their leases
+ *		(lease.c), taking them (acquire.c), their SQL functions
+ *		(lockfuncs.c, lockview.c) and their end with the transaction
+ *		(lockend.c); the shared lock table of a preloaded library
+ *		(locktable.c), and the subscriptions that wake a lock's waiters
+ *		(wake.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -168,7 +171,8 @@ extern void wake_close(RedisConn *conn);
 /*
  * For the lock folder's own files only: a backend's locks, held or
  * awaited, and what the files that take, renew, release and show them call
- * of each other.
+ * of each other.  A file calls only files named before it here: held.c,
+ * lease.c, acquire.c, then lockfuncs.c, lockview.c and lockend.c.
  */
 
 /* What identifies a lock: the foreign server and the full Redis key */

@@ -1,39 +1,28 @@
 /*-------------------------------------------------------------------------
  *
- * lock.c
- *		Redis locks held by this backend, and their SQL functions.
+ * lockfuncs.c
+ *		The SQL functions of Redis locks: acquire, release, extend, and the
+ *		fencing token.
  *
- * A lock is a Redis key set with SET NX PX to this backend's owner token,
- * the same shape every Redis lock client uses, so that they exclude each
- * other.  Holds stack as PostgreSQL advisory locks do: the backend keeps a
- * count of session holds and of transaction holds per subtransaction level,
- * and the Redis key is deleted when the last hold ends.
+ * Each checks its arguments before Redis is touched, finds this backend's
+ * entry for the key on the current server, and leaves the Redis work to
+ * acquire.c, lease.c and held.c.  A release changes the entries only once
+ * Redis has answered, so that a release that failed can be retried.  A
+ * lock granted or extended is published in the shared lock table, and
+ * the lease watchdog is asked to renew it when redislock.lease_renewal
+ * says so.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include <unistd.h>
-
 #include <hiredis/hiredis.h>
 
-#include "access/xact.h"
-#include "common/hashfn.h"
 #include "fmgr.h"
-#include "funcapi.h"
-#include "miscadmin.h"
-#include "postmaster/postmaster.h"
-#include "storage/latch.h"
-#include "storage/proc.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
-#include "utils/memutils.h"
-#include "utils/tuplestore.h"
 
-#include "guc.h"
 #include "lock/lock.h"
-#include "scripts.h"
-#include "stats.h"
+#include "guc.h"
 #include "worker/worker.h"
 
 PG_FUNCTION_INFO_V1(redis_lock_acquire);
