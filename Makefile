@@ -4,14 +4,16 @@ EXTVERSION = 1.3
 MODULE_big = redislock
 OBJS = src/redislock.o src/guc.o src/compat.o src/keys.o src/scripts.o \
 	src/stats.o src/xact.o \
-	src/io/resp.o src/io/node.o src/io/socket.o src/io/addressbook.o src/io/call.o \
-	src/io/pubsub.o \
+	src/io/resp.o src/io/node.o src/io/socket.o src/io/addressbook.o \
+	src/io/call.o src/io/pubsub.o \
 	src/server/option.o src/server/connection.o src/server/registry.o \
 	src/server/topology.o src/server/cluster.o src/server/sentinel.o \
 	src/server/redlock.o \
 	src/calls/run.o src/calls/connect.o src/calls/batch.o \
 	src/calls/cleanup.o \
-	src/lock/lock.o src/lock/locktable.o src/lock/wake.o \
+	src/lock/held.o src/lock/lease.o src/lock/acquire.o \
+	src/lock/lockfuncs.o src/lock/lockview.o src/lock/lockend.o \
+	src/lock/locktable.o src/lock/wake.o \
 	src/stock/stock.o src/stock/decisions.o src/stock/recover.o \
 	src/worker/request.o src/worker/launcher.o src/worker/dbworker.o \
 	src/worker/watchdog.o src/worker/waker.o src/worker/recoverer.o

@@ -94,10 +94,11 @@ typedef struct RedisNode
 
 /*
  * One connection cache entry (server/connection.c): a foreign server and
- * user, the options they were read with, and the nodes they lead to.  A copy of the options lets
- * transaction end reach Redis without catalog access.  Held locks and
- * pending stock decrements pin it; an entry whose options changed while
- * pinned is retired (kept for what it still holds) and replaced.
+ * user, the options they were read with, and the nodes they lead to.  A
+ * copy of the options lets transaction end reach Redis without catalog
+ * access.  Held locks and pending stock decrements pin it; an entry whose
+ * options changed while pinned is retired (kept for what it still holds)
+ * and replaced.
  */
 typedef struct RedisConn
 {
@@ -106,7 +107,7 @@ typedef struct RedisConn
 	Oid			userid;
 	char	   *servername;		/* for messages */
 	char	   *owner_token;	/* what our locks on this server carry, made
-								 * at first use (lock.c) */
+								 * at first use (lock/held.c) */
 	struct RedisServerStats *stats; /* the server's shared counters, NULL
 									 * without the preload (stats.c) */
 	uint32		server_hashvalue;	/* syscache hash of serverid */

@@ -1,25 +1,35 @@
 /*-------------------------------------------------------------------------
  *
  * lock.h
- *		Redis locks: the locks a backend holds (lock.c), the shared lock
- *		table of a preloaded library (locktable.c), and the subscriptions
- *		that wake a lock's waiters (wake.c).
+ *		Redis locks: the locks a backend holds (held.c), their leases
+ *		(lease.c), taking them (acquire.c), their SQL functions
+ *		(lockfuncs.c, lockview.c) and their end with the transaction
+ *		(lockend.c); the shared lock table of a preloaded library
+ *		(locktable.c), and the subscriptions that wake a lock's waiters
+ *		(wake.c).
  *
  *-------------------------------------------------------------------------
  */
 #ifndef REDISLOCK_LOCK_H
 #define REDISLOCK_LOCK_H
 
+#include "lib/ilist.h"
 #include "port/atomics.h"
+#include "utils/hsearch.h"
 
 #include "calls/calls.h"
 
 /*
- * Transaction-end hooks of lock.c and stock.c, driven by xact.c.  Each
- * queues its Redis work in the batch, with an on_reply callback that
- * reports failures and forgets what is done once the batch has run.
+ * Transaction-end hooks (lockend.c), driven by xact.c.  Each queues its
+ * Redis work in the batch, with an on_reply callback that reports failures
+ * and forgets what is done once the batch has run.
  */
 extern bool locks_have_xact_holds(void);
+extern void locks_verify_before_commit(void);
+extern void locks_end_xact(RedisBatch *batch, bool session_too);
+extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
+
+/* What the lease watchdog shares with the holders' renewals (lease.c) */
 extern void lock_extend_call(RedisCall *call, RedisConn *conn,
 							 const char *rkey, int rkeylen, int slot,
 							 const char *fence_key, int fence_keylen,
@@ -27,9 +37,6 @@ extern void lock_extend_call(RedisCall *call, RedisConn *conn,
 							 const char *hold_fence);
 extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
 								  TimestampTz start);
-extern void locks_verify_before_commit(void);
-extern void locks_end_xact(RedisBatch *batch, bool session_too);
-extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
 
 /*
  * The shared lock table (locktable.c), when the library is preloaded: an
@@ -160,5 +167,109 @@ extern WakeCause wake_wait(RedisConn *conn, long timeout_ms,
 						   bool holder_announces);
 extern void wake_end(RedisConn *conn, bool granted);
 extern void wake_close(RedisConn *conn);
+
+/*
+ * For the lock folder's own files only: a backend's locks, held or
+ * awaited, and what the files that take, renew, release and show them call
+ * of each other.  A file calls only files named before it here: held.c,
+ * lease.c, acquire.c, then lockfuncs.c, lockview.c and lockend.c.
+ */
+
+/* What identifies a lock: the foreign server and the full Redis key */
+typedef struct LockTag
+{
+	Oid			serverid;
+	int			keylen;
+	const char *key;
+} LockTag;
+
+/* Transaction holds taken at one subtransaction nesting level */
+typedef struct LevelHolds
+{
+	int			level;
+	int			count;
+} LevelHolds;
+
+typedef struct HeldLock
+{
+	LockTag		tag;			/* hash key; tag.key is owned by the entry */
+	dlist_node	xact_link;		/* in touched_locks, when touched */
+	bool		touched;		/* the current transaction has work for it */
+	RedisConn  *conn;			/* where the lock was taken */
+	int			prefixlen;		/* the user's key starts after the prefix */
+	int			slot;			/* the key's Cluster hash slot */
+	char	   *fence_key;		/* the sibling key of the fencing token */
+	int			fence_keylen;
+	char	   *waiters_key;	/* the sibling key of the waiters' queue */
+	int			waiters_keylen;
+	char	   *handoff_key;	/* the sibling key naming the woken waiter */
+	int			handoff_keylen;
+	char	   *wake_channel;	/* where a release wakes this backend, made
+								 * at the first wait for it, else NULL */
+	int			wake_channellen;
+	bool		queued;			/* in the waiters' queue in Redis, as far as
+								 * this backend knows */
+	uint32		wake_request;	/* the worker listens for this wait: the
+								 * request it answered, else 0 */
+	int			wake_worker;	/* and the pid of that worker */
+	int			session_holds;
+	int			xact_holds;		/* sum of the counts in levels */
+	LevelHolds *levels;			/* ascending nesting levels */
+	int			nlevels;
+	int			maxlevels;
+	bool		in_redis;		/* may exist in Redis with our token */
+	int64		fence;			/* 0 until acquired */
+	int			ttl_ms;
+	TimestampTz acquired_at;
+	TimestampTz lease_expires_at;
+	TimestampTz renew_until;	/* the lease watchdog renews it until then
+								 * (DT_NOEND: no limit), 0: it does not */
+	TimestampTz waiting_since;	/* while acquiring it, else 0 */
+	bool		wait_session;	/* for a session hold, while acquiring */
+	LockTableRef shared;		/* its entry in the shared lock table */
+} HeldLock;
+
+/* held.c: the locks by LockTag, and those the transaction touched */
+extern HTAB *held_locks;
+extern dlist_head touched_locks;
+extern const char *lock_endpoint(const HeldLock *lock);
+extern HeldLock *find_lock(Oid serverid, const char *rkey, int rkeylen);
+extern void touch_lock(HeldLock *lock);
+extern void untouch_lock(HeldLock *lock);
+extern HeldLock *create_lock(RedisConn *conn, const char *rkey, int rkeylen,
+							 bool session);
+extern void remove_lock(HeldLock *lock);
+extern int	total_holds(const HeldLock *lock);
+extern void lock_state(const HeldLock *lock, RedisLockState *state);
+extern void publish_lock(const HeldLock *lock);
+extern void note_lease_lost(HeldLock *lock);
+extern const char *user_key(const HeldLock *lock);
+extern void add_hold(HeldLock *lock, bool session);
+extern void drop_one_hold(HeldLock *lock);
+extern void lock_call_init(RedisCall *call, HeldLock *lock,
+						   const RedisScript *script);
+extern void add_lock_keys(RedisCall *call, const HeldLock *lock);
+extern char *conn_owner_token(RedisConn *conn);
+extern void make_wake_channel(HeldLock *lock);
+extern void add_queue_args(RedisCall *call, const HeldLock *lock);
+extern void add_token_arg(RedisCall *call);
+extern void prepare_release(RedisCall *call, HeldLock *lock,
+							bool waits_no_more);
+extern long long script_result(const RedisCall *call, const char *key);
+extern void warn_lost(HeldLock *lock);
+
+/* lease.c */
+extern void set_lease(HeldLock *lock, int ttl_ms, TimestampTz start);
+extern bool renewed_in_time(const HeldLock *lock, int ttl_ms,
+							TimestampTz start);
+extern bool renewal_kept_lock(const HeldLock *lock, bool renewed, int ttl_ms,
+							  TimestampTz start);
+extern int	errdetail_renewal_failed(const HeldLock *lock, bool renewed);
+extern void check_ttl_for_server(const RedisConn *conn, int ttl_ms);
+extern void prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms);
+extern bool renew_held_lock(HeldLock *lock, int ttl_ms, int elevel);
+
+/* acquire.c */
+extern bool acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms);
 
 #endif							/* REDISLOCK_LOCK_H */

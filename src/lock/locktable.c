@@ -15,9 +15,9 @@
  * touches only an entry's atomics, after checking under the shared lock
  * that the entry still has the id it copied.
  *
- * An entry leaves with its lock on every path where lock.c forgets one
+ * An entry leaves with its lock on every path where held.c forgets one
  * (release, transaction and savepoint end, a failed acquire, backend
- * exit); at exit, whatever a backend still has is freed after lock.c's
+ * exit); at exit, whatever a backend still has is freed after lockend.c's
  * own clean-up.  A crash restart makes the table anew.
  *
  * The entries of one lock (the same database, server and whole Redis key)
@@ -294,7 +294,7 @@ wake_waiter(int procno)
 }
 
 /*
- * Backend exit, after lock.c has released what it could (xact.c registers
+ * Backend exit, after lockend.c has released what it could (xact.c registers
  * this with on_shmem_exit, which runs after before_shmem_exit callbacks):
  * free the entries still claimed, so that none outlives its backend.  Their
  * waiters are woken at once, under the lock: this is no hot path.
@@ -727,7 +727,7 @@ locktable_wake_reply(LockTableRef ref, uint32 asked, int hears)
 /*
  * Does a local backend hold the lock of a waiter's entry, with holds that
  * it has not begun to release?  Holds that end are shown ended before
- * their release deletes the key (lock.c), so a DEL of the key while such
+ * their release deletes the key (lockend.c), so a DEL of the key while such
  * a holder is there is another client's.  The caller holds the lock.
  */
 static bool
@@ -828,7 +828,7 @@ locktable_key_visible(Oid roleid)
 /*
  * The user's part of an entry's key, as it has it: after the prefix, cut
  * at a whole character when the entry could not keep all of it, and at a
- * NUL byte as lock.c shows its own keys.
+ * NUL byte as lockview.c shows a backend's own keys.
  */
 text *
 locktable_user_key(const RedisLockEntry *entry)

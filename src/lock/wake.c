@@ -11,7 +11,7 @@
  * by other clients and expiries announce nothing: they are heard through
  * keyspace events when the Redis server publishes them
  * (notify-keyspace-events holds K, g and x), and found by polling
- * otherwise (lock.c).
+ * otherwise (acquire.c).
  *
  * A subscription has a connection of its own to the node that serves the
  * key (to each master, for Redlock), which carries nothing but pub/sub:

@@ -15,9 +15,9 @@
  * The scripts answer yes with a string (the acquire script's fencing
  * token) or 1, and no with 0.  The decided call gets the answer of the
  * quorum: the largest token, or 1, or 0.  Whether it came in time for the
- * lease it asked for is for the caller to judge (lock.c), allowing for the
- * masters' clock drift: 1% of the lease + 2 ms, the figure of the Redis
- * documentation.
+ * lease it asked for is for the caller to judge (lock/lease.c), allowing
+ * for the masters' clock drift: 1% of the lease + 2 ms, the figure of the
+ * Redis documentation.
  *
  *-------------------------------------------------------------------------
  */

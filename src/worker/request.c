@@ -22,7 +22,7 @@
  * A backend asks for work as it asks autovacuum for some with
  * AutoVacuumRequestWork(): it writes the request here and sets a latch,
  * and never calls the code that does the work.  This file is the bottom
- * of the worker folder: backends (lock.c) and every worker call it, and it
+ * of the worker folder: backends (lock/) and every worker call it, and it
  * calls none of them.  Only it touches the table; the launcher and the
  * database workers read and change it through the functions below.
  *

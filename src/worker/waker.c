@@ -6,9 +6,9 @@
  *		its subscriptions instead of opening one each.
  *
  * A backend about to wait in Redis asks for it in its lock table entry
- * (lock.c).  The worker then subscribes, on a connection of its own to the
- * node that serves the key (to every master of a Redlock server), to the
- * waiter's wake channel, and to the key's keyspace channel where the
+ * (lock/acquire.c).  The worker then subscribes, on a connection of its own
+ * to the node that serves the key (to every master of a Redlock server), to
+ * the waiter's wake channel, and to the key's keyspace channel where the
  * server publishes keyspace events, as the backend itself would (wake.c);
  * once Redis has confirmed, it answers, and the waiter makes the attempt
  * that queues it.  A message sets the waiter's latch.  One connection per

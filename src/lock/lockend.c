@@ -1,0 +1,208 @@
+/*-------------------------------------------------------------------------
+ *
+ * lockend.c
+ *		What the end of a transaction, of a subtransaction and of the
+ *		backend does to the Redis locks held; xact.c calls these.
+ *
+ * Before commit, every lock held for the transaction is confirmed ours,
+ * its lease renewed, in one round trip per server; a lost one turns the
+ * commit into an abort.  When the transaction ends its transaction holds
+ * end, when a subtransaction rolls back the holds taken inside it, and at
+ * backend exit the session holds too.  The locks left without holds go
+ * into the batch of releases that xact.c runs, and are forgotten once it
+ * has run.  But for backend exit, only the locks the transaction touched
+ * are visited, so that the session locks a backend holds cost its
+ * transactions nothing here.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "lock/lock.h"
+
+bool
+locks_have_xact_holds(void)
+{
+	dlist_iter	iter;
+
+	dlist_foreach(iter, &touched_locks)
+		if (dlist_container(HeldLock, xact_link, iter.cur)->xact_holds > 0)
+			return true;
+	return false;
+}
+
+/*
+ * Before commit, confirm in one round trip per server that every lock held
+ * for the transaction is still ours, renewing each lease so that it covers
+ * the commit.  A lost lock turns the commit into an abort: the transaction
+ * ran without the protection it asked for.
+ */
+void
+locks_verify_before_commit(void)
+{
+	TimestampTz start;
+	dlist_iter	iter;
+	HeldLock   *lock;
+	RedisCall  *calls;
+	int			ncalls = 0;
+	int			i;
+
+	dlist_foreach(iter, &touched_locks)
+		ncalls++;
+	if (ncalls == 0)
+		return;
+
+	calls = palloc(sizeof(RedisCall) * ncalls);
+	ncalls = 0;
+	dlist_foreach(iter, &touched_locks)
+	{
+		lock = dlist_container(HeldLock, xact_link, iter.cur);
+		if (lock->xact_holds > 0)
+			prepare_extend(&calls[ncalls++], lock, lock->ttl_ms);
+	}
+	if (ncalls == 0)
+		return;
+
+	start = GetCurrentTimestamp();
+	redis_run(calls, ncalls);
+	for (i = 0; i < ncalls; i++)
+	{
+		bool		renewed;
+
+		lock = (HeldLock *) calls[i].origin;
+		renewed = script_result(&calls[i], user_key(lock)) == 1;
+		if (!renewal_kept_lock(lock, renewed, lock->ttl_ms, start))
+		{
+			/*
+			 * Reported here, so the abort's release keeps quiet; it still
+			 * deletes the key where it carries our token (a minority of a
+			 * Redlock server's masters may)
+			 */
+			lock->fence = 0;
+			note_lease_lost(lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("Redis lock \"%s\" on server \"%s\" was lost before commit",
+							user_key(lock), lock->conn->servername),
+					 errdetail_renewal_failed(lock, renewed),
+					 errhint("Retry the transaction; a longer ttl_ms may help.")));
+		}
+		set_lease(lock, lock->ttl_ms, start);
+	}
+}
+
+/*
+ * A batched release has run: report a lock whose lease had been lost and
+ * forget the lock.  A failure to reach Redis was reported by redis_run();
+ * the lease then ends the lock at its expiry.
+ */
+static void
+release_done(RedisCall *call)
+{
+	HeldLock   *lock = (HeldLock *) call->origin;
+
+	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0 &&
+		lock->fence > 0)
+		warn_lost(lock);
+	else if (call->reply_type != REDIS_REPLY_INTEGER && call->reply_type != 0)
+		redis_unexpected_reply(call, user_key(lock), WARNING);
+	remove_lock(lock);
+}
+
+/*
+ * Queue the release of a lock that has no holds left, if Redis may have it;
+ * forget it at once otherwise.  The shared lock table shows it without
+ * holds before the batch goes out, however long the batch then takes (a
+ * slow server elsewhere): the lease watchdog renews it no more, and a
+ * local waiter takes the DEL of its key for this release, not another
+ * client's.
+ */
+static void
+queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
+{
+	if (total_holds(lock) > 0)
+		return;
+	if (lock->in_redis || lock->queued)
+	{
+		RedisCall  *call = redis_batch_add(batch);
+
+		publish_lock(lock);
+		prepare_release(call, lock, true);
+		call->on_reply = release_done;
+	}
+	else
+		remove_lock(lock);
+}
+
+/*
+ * At transaction end every transaction hold ends, and the locks whose last
+ * hold that was are released; at backend exit (session_too) every session
+ * hold as well.
+ */
+void
+locks_end_xact(RedisBatch *batch, bool session_too)
+{
+	dlist_mutable_iter miter;
+
+	if (session_too && held_locks != NULL)
+	{
+		HASH_SEQ_STATUS status;
+		HeldLock   *lock;
+
+		hash_seq_init(&status, held_locks);
+		while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+		{
+			lock->session_holds = 0;
+			touch_lock(lock);
+		}
+	}
+	dlist_foreach_modify(miter, &touched_locks)
+	{
+		HeldLock   *lock = dlist_container(HeldLock, xact_link, miter.cur);
+
+		lock->xact_holds = 0;
+		lock->nlevels = 0;
+		untouch_lock(lock);
+		if (total_holds(lock) > 0)
+			publish_lock(lock);
+		queue_release_if_unheld(batch, lock);
+	}
+}
+
+/*
+ * At the end of a subtransaction at nesting level `level`, its holds pass
+ * to the parent on commit and end on rollback.
+ */
+void
+locks_end_subxact(RedisBatch *batch, int level, bool commit)
+{
+	dlist_mutable_iter miter;
+
+	dlist_foreach_modify(miter, &touched_locks)
+	{
+		HeldLock   *lock = dlist_container(HeldLock, xact_link, miter.cur);
+		LevelHolds *top = lock->nlevels > 0 ? &lock->levels[lock->nlevels - 1] : NULL;
+
+		if (top != NULL && top->level == level)
+		{
+			if (!commit)
+			{
+				lock->xact_holds -= top->count;
+				lock->nlevels--;
+				if (total_holds(lock) > 0)
+					publish_lock(lock);
+			}
+			else if (lock->nlevels > 1 && top[-1].level == level - 1)
+			{
+				top[-1].count += top->count;
+				lock->nlevels--;
+			}
+			else
+				top->level = level - 1;
+		}
+		if (!commit)
+			queue_release_if_unheld(batch, lock);
+	}
+}

@@ -1,0 +1,345 @@
+/*-------------------------------------------------------------------------
+ *
+ * lockfuncs.c
+ *		The SQL functions of Redis locks: acquire, release, extend, and the
+ *		fencing token.
+ *
+ * Each checks its arguments before Redis is touched, finds this backend's
+ * entry for the key on the current server, and leaves the Redis work to
+ * acquire.c, lease.c and held.c.  A release changes the entries only once
+ * Redis has answered, so that a release that failed can be retried.  A
+ * lock granted or extended is published in the shared lock table, and
+ * the lease watchdog is asked to renew it when redislock.lease_renewal
+ * says so.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <hiredis/hiredis.h>
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+#include "lock/lock.h"
+#include "guc.h"
+#include "worker/worker.h"
+
+PG_FUNCTION_INFO_V1(redis_lock_acquire);
+PG_FUNCTION_INFO_V1(redis_lock_acquire_session);
+PG_FUNCTION_INFO_V1(redis_lock_release);
+PG_FUNCTION_INFO_V1(redis_lock_release_all);
+PG_FUNCTION_INFO_V1(redis_lock_extend);
+PG_FUNCTION_INFO_V1(redis_lock_fence);
+PG_FUNCTION_INFO_V1(redis_fence_guard);
+
+/*
+ * A lease (ttl_ms), which must be positive, or a wait (wait_ms), which may
+ * also be 0 (do not wait) or -1 (no limit)
+ */
+static int
+validated_ms(FunctionCallInfo fcinfo, int argno, bool is_wait)
+{
+	int			ms;
+
+	require_argument(fcinfo, argno, is_wait ? "wait_ms" : "ttl_ms");
+	ms = PG_GETARG_INT32(argno);
+	if (is_wait && ms < -1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_ms must be -1 (no limit), 0 (no wait) or a number of milliseconds: %d",
+						ms)));
+	if (!is_wait && ms <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl_ms must be greater than zero: %d", ms)));
+	return ms;
+}
+
+/*
+ * The held lock for the key argument; *conn_out and *rkey_out receive the
+ * server's connection and the Redis key.  NULL when the backend has no
+ * entry for it.
+ */
+static HeldLock *
+lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
+			   char **rkey_out, int *rkeylen_out)
+{
+	text	   *key = redis_key_arg(fcinfo, 0);
+	RedisConn  *conn = redis_conn_current();
+	int			rkeylen;
+	char	   *rkey = redis_key(conn->key_prefix, VARDATA_ANY(key),
+								 VARSIZE_ANY_EXHDR(key), &rkeylen);
+
+	if (conn_out)
+		*conn_out = conn;
+	if (rkey_out)
+		*rkey_out = rkey;
+	if (rkeylen_out)
+		*rkeylen_out = rkeylen;
+	return find_lock(conn->serverid, rkey, rkeylen);
+}
+
+/*
+ * Until when the lease watchdog renews the lease of a lock just granted:
+ * redislock.lease_renewal_limit after the grant, DT_NOEND for no limit, 0
+ * when it does not renew it at all: renewal is off for the session, there
+ * is no shared lock table (no preload), or the key is longer than a table
+ * entry keeps.
+ */
+static TimestampTz
+renewal_end(const HeldLock *lock)
+{
+	if (!redislock_lease_renewal || lock->shared.index < 0 ||
+		lock->tag.keylen > REDISLOCK_ENTRY_KEY_LEN)
+		return 0;
+	if (redislock_lease_renewal_limit == 0)
+		return DT_NOEND;
+	return TimestampTzPlusMilliseconds(lock->acquired_at,
+									   redislock_lease_renewal_limit);
+}
+
+/*
+ * Make sure the lease watchdog renews the lease of a lock it should renew,
+ * whose state is published: by a third of the lease's ttl
+ */
+static void
+ask_for_renewal(const HeldLock *lock)
+{
+	if (lock->renew_until != 0)
+		redislock_request_renewal(TimestampTzPlusMilliseconds(lock->lease_expires_at,
+															  -2 * (lock->ttl_ms / 3)));
+}
+
+static bool
+acquire_lock(FunctionCallInfo fcinfo, bool session)
+{
+	int			ttl_ms = validated_ms(fcinfo, 1, false);
+	int			wait_ms = validated_ms(fcinfo, 2, true);
+	RedisConn  *conn;
+	char	   *rkey;
+	int			rkeylen;
+	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, &rkey, &rkeylen);
+
+	check_ttl_for_server(conn, ttl_ms);
+	if (lock != NULL && total_holds(lock) > 0)
+		(void) renew_held_lock(lock, ttl_ms, ERROR);
+	else
+	{
+		if (lock == NULL)
+			lock = create_lock(conn, rkey, rkeylen, session);
+		else
+		{
+			/* kept from an earlier attempt: awaited again */
+			lock->waiting_since = GetCurrentTimestamp();
+			lock->wait_session = session;
+			publish_lock(lock);
+		}
+		if (!acquire_in_redis(lock, ttl_ms, wait_ms))
+		{
+			remove_lock(lock);
+			return false;
+		}
+		lock->waiting_since = 0;
+		lock->renew_until = renewal_end(lock);
+	}
+	add_hold(lock, session);
+	publish_lock(lock);
+	ask_for_renewal(lock);
+	return true;
+}
+
+/*
+ * redis_lock_acquire(key, ttl_ms, wait_ms): a lock held until the end of
+ * the transaction (or of the savepoint it was taken in, on rollback)
+ */
+Datum
+redis_lock_acquire(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_lock(fcinfo, false));
+}
+
+/* redis_lock_acquire_session(key, ttl_ms, wait_ms): held until released */
+Datum
+redis_lock_acquire_session(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_lock(fcinfo, true));
+}
+
+static void
+warn_not_held(const char *key)
+{
+	ereport(WARNING,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("you do not hold Redis lock \"%s\"", key)));
+}
+
+/*
+ * redis_lock_release(key): end one hold.  The last hold deletes the key in
+ * Redis, but only if it still carries our token.  Local state changes only
+ * once Redis has answered, so a failed release can be retried.
+ */
+Datum
+redis_lock_release(PG_FUNCTION_ARGS)
+{
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	RedisCall	call;
+	bool		released;
+
+	if (lock == NULL || total_holds(lock) == 0)
+	{
+		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+		PG_RETURN_BOOL(false);
+	}
+	if (total_holds(lock) > 1)
+	{
+		drop_one_hold(lock);
+		publish_lock(lock);
+		PG_RETURN_BOOL(true);
+	}
+
+	prepare_release(&call, lock, true);
+	redis_run(&call, 1);
+	released = (script_result(&call, user_key(lock)) == 1);
+	if (!released)
+		warn_lost(lock);
+	remove_lock(lock);
+	PG_RETURN_BOOL(released);
+}
+
+/*
+ * Forget the locks of release calls that got a reply, counting those that
+ * Redis released and reporting those whose lease had been lost.  A lock
+ * whose call got no reply is kept: Redis may still have it.  Returns how
+ * many were released.
+ */
+static int
+forget_released(RedisCall *calls, int ncalls)
+{
+	int			released = 0;
+	int			i;
+
+	for (i = 0; i < ncalls; i++)
+	{
+		HeldLock   *lock = (HeldLock *) calls[i].origin;
+
+		if (calls[i].reply_type != REDIS_REPLY_INTEGER)
+			continue;
+		if (calls[i].integer == 1)
+			released++;
+		else if (total_holds(lock) > 0)
+			warn_lost(lock);
+		remove_lock(lock);
+	}
+	return released;
+}
+
+/*
+ * redis_lock_release_all(): end every hold, session and transaction alike,
+ * in one round trip per Redis server.  Returns how many keys were released;
+ * locks whose lease was lost are reported and not counted.  The caller
+ * needs USAGE on every server involved.  When a server fails, the locks
+ * that others released are forgotten before the error is raised.
+ */
+Datum
+redis_lock_release_all(PG_FUNCTION_ARGS)
+{
+	HASH_SEQ_STATUS status;
+	HeldLock   *lock;
+	RedisCall  *calls;
+	int			ncalls = 0;
+	int			released;
+	int			i;
+
+	if (held_locks == NULL)
+		PG_RETURN_INT32(0);
+
+	calls = palloc(sizeof(RedisCall) * Max(hash_get_num_entries(held_locks), 1));
+	hash_seq_init(&status, held_locks);
+	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
+		if (total_holds(lock) > 0 || lock->in_redis)
+			prepare_release(&calls[ncalls++], lock, true);
+	for (i = 0; i < ncalls; i++)
+		redis_conn_check_usage(calls[i].conn);
+
+	PG_TRY();
+	{
+		redis_run(calls, ncalls);
+	}
+	PG_CATCH();
+	{
+		(void) forget_released(calls, ncalls);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	released = forget_released(calls, ncalls);
+	for (i = 0; i < ncalls; i++)
+		if (calls[i].reply_type != REDIS_REPLY_INTEGER)
+			script_result(&calls[i], user_key((HeldLock *) calls[i].origin));
+	PG_RETURN_INT32(released);
+}
+
+/*
+ * redis_lock_extend(key, ttl_ms): reset the lease of a held lock, only if
+ * Redis shows it is still ours
+ */
+Datum
+redis_lock_extend(PG_FUNCTION_ARGS)
+{
+	int			ttl_ms = validated_ms(fcinfo, 1, false);
+	RedisConn  *conn;
+	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, NULL, NULL);
+
+	check_ttl_for_server(conn, ttl_ms);
+	if (lock == NULL || total_holds(lock) == 0)
+	{
+		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+		PG_RETURN_BOOL(false);
+	}
+	if (!renew_held_lock(lock, ttl_ms, WARNING))
+		PG_RETURN_BOOL(false);
+	publish_lock(lock);
+	ask_for_renewal(lock);
+	PG_RETURN_BOOL(true);
+}
+
+/* redis_lock_fence(key): the fencing token of a held lock, else NULL */
+Datum
+redis_lock_fence(PG_FUNCTION_ARGS)
+{
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+
+	if (lock == NULL || total_holds(lock) == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(lock->fence);
+}
+
+/*
+ * redis_fence_guard(key, stored): the fencing token of a held lock, for a
+ * write that stores it beside the data the lock protects.  The database is
+ * where that data lives, so the check belongs in the writing transaction:
+ * a stored token larger than ours means a newer holder has written, and
+ * our lease must have ended unnoticed (a pause, a partition), so the write
+ * is refused with a serialization failure.  A NULL stored token means no
+ * holder has written yet.
+ */
+Datum
+redis_fence_guard(PG_FUNCTION_ARGS)
+{
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	int64		stored = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
+
+	if (lock == NULL || total_holds(lock) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("you do not hold Redis lock \"%s\"",
+						text_to_cstring(PG_GETARG_TEXT_PP(0))),
+				 errhint("Acquire the lock before writing what it protects.")));
+	if (stored > lock->fence)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("fencing token " INT64_FORMAT " of Redis lock \"%s\" is older than the stored token " INT64_FORMAT,
+						lock->fence, user_key(lock), stored),
+				 errdetail("A later holder of the lock has written since this backend acquired it.")));
+	PG_RETURN_INT64(lock->fence);
+}
