@@ -237,9 +237,9 @@ typedef struct RedisCall
 	/* replaces the usual copy of a non-error reply, for nested arrays */
 	void		(*parse_reply) (struct RedisCall *call,
 								const struct redisReply *reply);
-	bool		helper;			/* batch.c: SCRIPT LOAD or ASKING for a call */
-	bool		load_script;	/* batch.c: was answered NOSCRIPT */
-	bool		sent_again;		/* batch.c: goes out in the next round */
+	bool		helper;			/* calls/: SCRIPT LOAD or ASKING for a call */
+	bool		load_script;	/* calls/: was answered NOSCRIPT */
+	bool		sent_again;		/* calls/: goes out in the next round */
 
 	int			reply_type;		/* REDIS_REPLY_*, or 0 when none arrived */
 	long long	integer;

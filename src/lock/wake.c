@@ -25,9 +25,9 @@
  * of the key, and is left when the wait ends.  The connections close with
  * their server's connection entry.
  *
- * The connection is made and authenticated by batch.c and read here
- * through node.c, without blocking, so cancel, statement_timeout and
- * termination end a wait as they end any other, and so does the latch
+ * The connection is made and authenticated by calls/connect.c and read
+ * here through io/node.c, without blocking, so cancel, statement_timeout
+ * and termination end a wait as they end any other, and so does the latch
  * being set for any other reason: the waiter then looks at the lock again.
  *
  *-------------------------------------------------------------------------
