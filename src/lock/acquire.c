@@ -692,8 +692,14 @@ acquire_all_in_redis(HeldLock **locks, int nlocks, int ttl_ms, int wait_ms)
 		}
 		release_taken(locks, taken, nlocks);
 		left_ms = wait_ms_left(wait_ms, start);
-		if (left_ms == 0 ||
-			!acquire_in_redis(locks[refused], ttl_ms, left_ms))
+		if (left_ms == 0)
+		{
+			/* a wait that ran out between two attempts ran out all the same */
+			if (wait_ms != 0)
+				redis_count(locks[refused]->conn, REDIS_STAT_ACQUIRE_TIMEOUTS, 1);
+			break;
+		}
+		if (!acquire_in_redis(locks[refused], ttl_ms, left_ms))
 			break;
 		taken[refused] = true;
 	}
