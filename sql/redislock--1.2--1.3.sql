@@ -23,3 +23,18 @@ CREATE FUNCTION redis_server_nodes(server name DEFAULT NULL,
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redis_server_nodes'
 LANGUAGE C VOLATILE PARALLEL RESTRICTED ROWS 6;
+
+-- Multi-key locks: every key of a set taken, or none.
+CREATE FUNCTION redis_lock_acquire_all(keys text[],
+                                       ttl_ms integer DEFAULT 30000,
+                                       wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_acquire_all_session(keys text[],
+                                               ttl_ms integer DEFAULT 30000,
+                                               wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire_all_session'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -31,6 +31,22 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'redis_lock_acquire_session'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Every key of a set taken, or none; each key then holds as
+-- redis_lock_acquire() takes it.
+CREATE FUNCTION redis_lock_acquire_all(keys text[],
+                                       ttl_ms integer DEFAULT 30000,
+                                       wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_acquire_all_session(keys text[],
+                                               ttl_ms integer DEFAULT 30000,
+                                               wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire_all_session'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 CREATE FUNCTION redis_lock_release(key text)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'redis_lock_release'

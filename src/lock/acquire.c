@@ -132,18 +132,16 @@ read_refusal(long long answer, Refusal *refusal)
 }
 
 /*
- * One attempt at taking the lock in Redis: true when taken.  With the
- * server's min_replicas, the replicas must acknowledge it in the same round
- * trip, or it is released again and that is an error.  A waiter that hears
- * our releases is queued when refused (queue), at the front when a release
- * woke it (front); *refusal tells what the refusal said of the holder.
+ * Make the calls of one attempt at taking the lock in Redis: the acquire
+ * script, and with the server's min_replicas the WAIT for its replicas in
+ * the same round trip (calls has room for two).  A waiter that hears our
+ * releases is queued when refused (queue), at the front when a release
+ * woke it (front).  Returns the number of calls.
  */
-static bool
-try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
-			bool queue, bool front, Refusal *refusal)
+static int
+prepare_attempt(RedisCall *calls, HeldLock *lock, int ttl_ms, bool queue,
+				bool front)
 {
-	TimestampTz start = GetCurrentTimestamp();
-	RedisCall	calls[2];
 	RedisCall  *call = &calls[0];
 	int			ncalls = 1;
 
@@ -164,7 +162,20 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
 	lock->in_redis = true;		/* from here on the outcome may be unknown */
 	if (queue)
 		lock->queued = true;
-	redis_run_until(calls, ncalls, deadline, ERROR);
+	return ncalls;
+}
+
+/*
+ * Take what an attempt started at start answered: true when the lock was
+ * taken.  Too few replicas acknowledging it is an error, after the lock
+ * is released again; *refusal tells what a refusal said of the holder.
+ */
+static bool
+take_attempt(HeldLock *lock, RedisCall *calls, int ncalls, int ttl_ms,
+			 TimestampTz start, Refusal *refusal)
+{
+	RedisCall  *call = &calls[0];
+
 	if (call->reply_type == REDIS_REPLY_STRING &&
 		redis_conn_decides_by_quorum(lock->conn) &&
 		!renewed_in_time(lock, ttl_ms, start))
@@ -195,6 +206,19 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
 	set_lease(lock, ttl_ms, start);
 	redis_count(lock->conn, REDIS_STAT_ACQUIRES, 1);
 	return true;
+}
+
+/* One attempt at taking the lock in Redis: true when taken */
+static bool
+try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
+			bool queue, bool front, Refusal *refusal)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	RedisCall	calls[2];
+	int			ncalls = prepare_attempt(calls, lock, ttl_ms, queue, front);
+
+	redis_run_until(calls, ncalls, deadline, ERROR);
+	return take_attempt(lock, calls, ncalls, ttl_ms, start, refusal);
 }
 
 /* Count a wait for a lock that ended: its time, and whether it ran out */
@@ -553,4 +577,132 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 														 GetCurrentTimestamp()),
 				   false);
 	return taken;
+}
+
+/*
+ * One attempt at every lock of locks[] that is not taken[]: their acquire
+ * calls go out together, in one round trip over every node they live on.
+ * Marks those taken, and returns the index of the first one refused, or -1
+ * when none was.
+ */
+static int
+attempt_all(HeldLock **locks, bool *taken, int nlocks, int ttl_ms,
+			RedisDeadline deadline)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	RedisCall  *calls = palloc(sizeof(RedisCall) * 2 * nlocks);
+	int		   *first = palloc(sizeof(int) * (nlocks + 1));
+	int			ncalls = 0;
+	int			refused = -1;
+	int			i;
+
+	for (i = 0; i < nlocks; i++)
+	{
+		first[i] = ncalls;
+		if (!taken[i])
+			ncalls += prepare_attempt(&calls[ncalls], locks[i], ttl_ms,
+									  false, false);
+	}
+	first[nlocks] = ncalls;
+	redis_run_until(calls, ncalls, deadline, ERROR);
+	for (i = 0; i < nlocks; i++)
+	{
+		Refusal		refusal;
+
+		if (taken[i])
+			continue;
+		taken[i] = take_attempt(locks[i], &calls[first[i]],
+								first[i + 1] - first[i], ttl_ms, start,
+								&refusal);
+		if (!taken[i] && refused < 0)
+			refused = i;
+	}
+	pfree(calls);
+	pfree(first);
+	return refused;
+}
+
+/*
+ * Release, in one round trip, the locks of locks[] that taken[] marks, and
+ * unmark them: an attempt that did not take them all keeps none.  A lock
+ * whose release got no reply may still be in Redis, and stays marked so
+ * (in_redis) for the transaction end to release.
+ */
+static void
+release_taken(HeldLock **locks, bool *taken, int nlocks)
+{
+	RedisCall  *calls = palloc(sizeof(RedisCall) * nlocks);
+	int			ncalls = 0;
+	int			i;
+
+	for (i = 0; i < nlocks; i++)
+		if (taken[i])
+			prepare_release(&calls[ncalls++], locks[i], false);
+	(void) redis_run_until(calls, ncalls, redis_command_deadline(), ERROR);
+	for (i = 0; i < ncalls; i++)
+		if (calls[i].reply_type == REDIS_REPLY_INTEGER)
+			((HeldLock *) calls[i].origin)->in_redis = false;
+	memset(taken, 0, sizeof(bool) * nlocks);
+	pfree(calls);
+}
+
+/*
+ * What is left of wait_ms, which started at start, for the next wait: -1
+ * for no limit, 0 when it has run out.
+ */
+static int
+wait_ms_left(int wait_ms, TimestampTz start)
+{
+	long		elapsed;
+
+	if (wait_ms < 0)
+		return -1;
+	elapsed = TimestampDifferenceMilliseconds(start, GetCurrentTimestamp());
+	return elapsed >= wait_ms ? 0 : (int) (wait_ms - elapsed);
+}
+
+/*
+ * Take every lock of locks[] in Redis, or none, waiting as wait_ms says:
+ * true when all are taken.  Each attempt asks for every lock not taken
+ * yet in one round trip, over every node they live on (a Cluster's keys of
+ * other slots, every master of a Redlock server).  When one is refused,
+ * those taken are released again before anything waits, so that a waiter
+ * holds none of them and two sets taken in opposite orders cannot wait for
+ * each other.  The wait is for the first lock refused, taken as a single
+ * lock is (its local turn, its wake-ups, its place in the waiters' queue),
+ * after which the others are asked for again.
+ */
+bool
+acquire_all_in_redis(HeldLock **locks, int nlocks, int ttl_ms, int wait_ms)
+{
+	TimestampTz start = GetCurrentTimestamp();
+	bool	   *taken = palloc0(sizeof(bool) * nlocks);
+	bool		all = false;
+
+	for (;;)
+	{
+		int			refused = attempt_all(locks, taken, nlocks, ttl_ms,
+										  attempt_deadline(start, wait_ms));
+		int			left_ms;
+
+		if (refused < 0)
+		{
+			all = true;
+			break;
+		}
+		release_taken(locks, taken, nlocks);
+		left_ms = wait_ms_left(wait_ms, start);
+		if (left_ms == 0)
+		{
+			/* a wait that ran out between two attempts ran out all the same */
+			if (wait_ms != 0)
+				redis_count(locks[refused]->conn, REDIS_STAT_ACQUIRE_TIMEOUTS, 1);
+			break;
+		}
+		if (!acquire_in_redis(locks[refused], ttl_ms, left_ms))
+			break;
+		taken[refused] = true;
+	}
+	pfree(taken);
+	return all;
 }

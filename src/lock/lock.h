@@ -271,5 +271,7 @@ extern bool renew_held_lock(HeldLock *lock, int ttl_ms, int elevel);
 
 /* acquire.c */
 extern bool acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms);
+extern bool acquire_all_in_redis(HeldLock **locks, int nlocks, int ttl_ms,
+								 int wait_ms);
 
 #endif							/* REDISLOCK_LOCK_H */

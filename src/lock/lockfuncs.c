@@ -18,7 +18,9 @@
 
 #include <hiredis/hiredis.h>
 
+#include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 #include "lock/lock.h"
@@ -27,6 +29,8 @@
 
 PG_FUNCTION_INFO_V1(redis_lock_acquire);
 PG_FUNCTION_INFO_V1(redis_lock_acquire_session);
+PG_FUNCTION_INFO_V1(redis_lock_acquire_all);
+PG_FUNCTION_INFO_V1(redis_lock_acquire_all_session);
 PG_FUNCTION_INFO_V1(redis_lock_release);
 PG_FUNCTION_INFO_V1(redis_lock_release_all);
 PG_FUNCTION_INFO_V1(redis_lock_extend);
@@ -164,6 +168,168 @@ Datum
 redis_lock_acquire_session(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(acquire_lock(fcinfo, true));
+}
+
+/* A Redis key of a multi-key acquire: its lock's key, and where it came */
+typedef struct KeyOfSet
+{
+	char	   *rkey;
+	int			rkeylen;
+	int			argpos;			/* its place in the keys argument, from 1 */
+} KeyOfSet;
+
+static int
+key_of_set_cmp(const void *a, const void *b)
+{
+	const KeyOfSet *ka = (const KeyOfSet *) a;
+	const KeyOfSet *kb = (const KeyOfSet *) b;
+	int			cmp = memcmp(ka->rkey, kb->rkey, Min(ka->rkeylen, kb->rkeylen));
+
+	return cmp != 0 ? cmp : ka->rkeylen - kb->rkeylen;
+}
+
+/*
+ * The keys argument (argno) of a multi-key acquire, as Redis keys of the
+ * current server (*conn) in the order of their bytes, so that every set is
+ * asked for in one order: a one-dimensional array of non-null, non-empty,
+ * distinct keys, checked before the server is looked up or Redis asked.
+ */
+static KeyOfSet *
+key_set_arg(FunctionCallInfo fcinfo, int argno, RedisConn **conn, int *nkeys)
+{
+	ArrayType  *array;
+	Datum	   *elems;
+	bool	   *nulls;
+	KeyOfSet   *keys;
+	int			n;
+	int			i;
+
+	require_argument(fcinfo, argno, "keys");
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("keys must be a one-dimensional array")));
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT,
+					  &elems, &nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("keys must not be empty")));
+	for (i = 0; i < n; i++)
+	{
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("Redis key must not be null"),
+					 errdetail("Element %d of keys is null.", i + 1)));
+		if (VARSIZE_ANY_EXHDR(DatumGetTextPP(elems[i])) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("Redis key must not be empty"),
+					 errdetail("Element %d of keys is empty.", i + 1)));
+	}
+	*conn = redis_conn_current();
+	keys = palloc(sizeof(KeyOfSet) * n);
+	for (i = 0; i < n; i++)
+	{
+		text	   *key = DatumGetTextPP(elems[i]);
+
+		keys[i].rkey = redis_key((*conn)->key_prefix, VARDATA_ANY(key),
+								 VARSIZE_ANY_EXHDR(key), &keys[i].rkeylen);
+		keys[i].argpos = i + 1;
+	}
+	qsort(keys, n, sizeof(KeyOfSet), key_of_set_cmp);
+	for (i = 1; i < n; i++)
+		if (key_of_set_cmp(&keys[i - 1], &keys[i]) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("Redis key \"%s\" appears more than once in keys",
+							keys[i].rkey + strlen((*conn)->key_prefix)),
+					 errdetail("Elements %d and %d of keys are the same key.",
+							   Min(keys[i - 1].argpos, keys[i].argpos),
+							   Max(keys[i - 1].argpos, keys[i].argpos))));
+	*nkeys = n;
+	return keys;
+}
+
+/*
+ * Every key of the keys argument, or none: each key then holds as one
+ * redis_lock_acquire() would, and ends as it does.  Keys this backend
+ * holds already are renewed first, as a second redis_lock_acquire() renews
+ * them; the others are taken together (acquire_all_in_redis()).
+ */
+static bool
+acquire_lock_set(FunctionCallInfo fcinfo, bool session)
+{
+	int			ttl_ms = validated_ms(fcinfo, 1, false);
+	int			wait_ms = validated_ms(fcinfo, 2, true);
+	RedisConn  *conn;
+	int			nkeys;
+	KeyOfSet   *keys = key_set_arg(fcinfo, 0, &conn, &nkeys);
+	HeldLock  **locks = palloc(sizeof(HeldLock *) * nkeys);
+	HeldLock  **absent = palloc(sizeof(HeldLock *) * nkeys);
+	int			nabsent = 0;
+	int			i;
+
+	check_ttl_for_server(conn, ttl_ms);
+	for (i = 0; i < nkeys; i++)
+	{
+		HeldLock   *lock = find_lock(conn->serverid, keys[i].rkey,
+									 keys[i].rkeylen);
+
+		if (lock != NULL && total_holds(lock) > 0)
+			(void) renew_held_lock(lock, ttl_ms, ERROR);
+		else
+		{
+			if (lock == NULL)
+				lock = create_lock(conn, keys[i].rkey, keys[i].rkeylen,
+								   session);
+			else
+			{
+				lock->waiting_since = GetCurrentTimestamp();
+				lock->wait_session = session;
+				publish_lock(lock);
+			}
+			absent[nabsent++] = lock;
+		}
+		locks[i] = lock;
+	}
+	if (!acquire_all_in_redis(absent, nabsent, ttl_ms, wait_ms))
+	{
+		for (i = 0; i < nabsent; i++)
+			remove_lock(absent[i]);
+		return false;
+	}
+	for (i = 0; i < nabsent; i++)
+	{
+		absent[i]->waiting_since = 0;
+		absent[i]->renew_until = renewal_end(absent[i]);
+	}
+	for (i = 0; i < nkeys; i++)
+	{
+		add_hold(locks[i], session);
+		publish_lock(locks[i]);
+		ask_for_renewal(locks[i]);
+	}
+	return true;
+}
+
+/*
+ * redis_lock_acquire_all(keys, ttl_ms, wait_ms): every key locked until
+ * the end of the transaction, or none
+ */
+Datum
+redis_lock_acquire_all(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_lock_set(fcinfo, false));
+}
+
+/* redis_lock_acquire_all_session(keys, ttl_ms, wait_ms): until released */
+Datum
+redis_lock_acquire_all_session(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_lock_set(fcinfo, true));
 }
 
 static void
