@@ -23,9 +23,9 @@
  * slice before a deadline use the latch machinery.
  *
  * Clean-up that nobody waits for may be held back for a node (see
- * node_hold_hdel()): it then costs no system call of its own, and goes out with
- * the next write to the node, or in the next command that can carry it,
- * or when the node is closed or the backend exits.
+ * node_hold_hdel()): it then costs no system call of its own, and goes out
+ * with the next write to the node, or in the next command that can carry
+ * it, or when the node is closed or the backend exits.
  *
  * Connecting is socket.c's.
  *
