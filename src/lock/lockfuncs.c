@@ -115,6 +115,40 @@ ask_for_renewal(const HeldLock *lock)
 															  -2 * (lock->ttl_ms / 3)));
 }
 
+/*
+ * The entry of a lock about to be asked for in Redis, for a session or a
+ * transaction hold: made anew, or kept from an earlier attempt and awaited
+ * again
+ */
+static HeldLock *
+lock_to_await(HeldLock *lock, RedisConn *conn, const char *rkey, int rkeylen,
+			  bool session)
+{
+	if (lock == NULL)
+		return create_lock(conn, rkey, rkeylen, session);
+	lock->waiting_since = GetCurrentTimestamp();
+	lock->wait_session = session;
+	publish_lock(lock);
+	return lock;
+}
+
+/* A lock that Redis has just granted is awaited no more */
+static void
+note_granted(HeldLock *lock)
+{
+	lock->waiting_since = 0;
+	lock->renew_until = renewal_end(lock);
+}
+
+/* One more hold of a lock, published and renewed as the settings say */
+static void
+hold_granted(HeldLock *lock, bool session)
+{
+	add_hold(lock, session);
+	publish_lock(lock);
+	ask_for_renewal(lock);
+}
+
 static bool
 acquire_lock(FunctionCallInfo fcinfo, bool session)
 {
@@ -130,26 +164,15 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 		(void) renew_held_lock(lock, ttl_ms, ERROR);
 	else
 	{
-		if (lock == NULL)
-			lock = create_lock(conn, rkey, rkeylen, session);
-		else
-		{
-			/* kept from an earlier attempt: awaited again */
-			lock->waiting_since = GetCurrentTimestamp();
-			lock->wait_session = session;
-			publish_lock(lock);
-		}
+		lock = lock_to_await(lock, conn, rkey, rkeylen, session);
 		if (!acquire_in_redis(lock, ttl_ms, wait_ms))
 		{
 			remove_lock(lock);
 			return false;
 		}
-		lock->waiting_since = 0;
-		lock->renew_until = renewal_end(lock);
+		note_granted(lock);
 	}
-	add_hold(lock, session);
-	publish_lock(lock);
-	ask_for_renewal(lock);
+	hold_granted(lock, session);
 	return true;
 }
 
@@ -282,15 +305,8 @@ acquire_lock_set(FunctionCallInfo fcinfo, bool session)
 			(void) renew_held_lock(lock, ttl_ms, ERROR);
 		else
 		{
-			if (lock == NULL)
-				lock = create_lock(conn, keys[i].rkey, keys[i].rkeylen,
-								   session);
-			else
-			{
-				lock->waiting_since = GetCurrentTimestamp();
-				lock->wait_session = session;
-				publish_lock(lock);
-			}
+			lock = lock_to_await(lock, conn, keys[i].rkey, keys[i].rkeylen,
+								 session);
 			absent[nabsent++] = lock;
 		}
 		locks[i] = lock;
@@ -302,16 +318,9 @@ acquire_lock_set(FunctionCallInfo fcinfo, bool session)
 		return false;
 	}
 	for (i = 0; i < nabsent; i++)
-	{
-		absent[i]->waiting_since = 0;
-		absent[i]->renew_until = renewal_end(absent[i]);
-	}
+		note_granted(absent[i]);
 	for (i = 0; i < nkeys; i++)
-	{
-		add_hold(locks[i], session);
-		publish_lock(locks[i]);
-		ask_for_renewal(locks[i]);
-	}
+		hold_granted(locks[i], session);
 	return true;
 }
 
