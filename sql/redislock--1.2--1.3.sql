@@ -38,3 +38,61 @@ CREATE FUNCTION redis_lock_acquire_all_session(keys text[],
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'redis_lock_acquire_all_session'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Semaphores, kept as redis-semaphore keeps its Semaphore and
+-- MultiSemaphore: a sorted set at the key, one member a permit.
+CREATE FUNCTION redis_semaphore_acquire(key text, lim integer,
+                                        permits integer DEFAULT 1,
+                                        ttl_ms integer DEFAULT 30000,
+                                        wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_semaphore_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_semaphore_acquire_session(key text, lim integer,
+                                                permits integer DEFAULT 1,
+                                                ttl_ms integer DEFAULT 30000,
+                                                wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_semaphore_acquire_session'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Ends one hold; returns the permits given back.
+CREATE FUNCTION redis_semaphore_release(key text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'redis_semaphore_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- redis_locks() shows the mode of each lock and a semaphore's permits, and
+-- redis_stats() counts semaphores: their columns change.
+DROP FUNCTION redis_locks();
+-- The locks and semaphores of every backend when redislock is preloaded,
+-- else this backend's: a row per scope held, and for the scope awaited.
+CREATE FUNCTION redis_locks(OUT key text, OUT scope text, OUT holds integer,
+                            OUT fence bigint, OUT acquired_at timestamptz,
+                            OUT lease_expires_at timestamptz,
+                            OUT pid integer, OUT server name,
+                            OUT granted boolean,
+                            OUT waiting_since timestamptz,
+                            OUT renewals bigint, OUT mode text,
+                            OUT permits integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_locks'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
+
+DROP FUNCTION redis_stats();
+CREATE FUNCTION redis_stats(OUT server name, OUT calls bigint,
+                            OUT round_trips bigint, OUT errors bigint,
+                            OUT reconnects bigint, OUT redirects bigint,
+                            OUT failovers bigint, OUT acquires bigint,
+                            OUT acquire_waits bigint,
+                            OUT acquire_timeouts bigint, OUT wait_ms bigint,
+                            OUT renewals bigint, OUT leases_lost bigint,
+                            OUT give_backs bigint, OUT recovered bigint,
+                            OUT semaphore_acquires bigint,
+                            OUT semaphore_waits bigint,
+                            OUT semaphore_timeouts bigint,
+                            OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redis_stats'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;

@@ -57,6 +57,30 @@ RETURNS integer
 AS 'MODULE_PATHNAME', 'redis_lock_release_all'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Semaphores, kept as redis-semaphore keeps its Semaphore and
+-- MultiSemaphore: a sorted set at the key, one member a permit.
+CREATE FUNCTION redis_semaphore_acquire(key text, lim integer,
+                                        permits integer DEFAULT 1,
+                                        ttl_ms integer DEFAULT 30000,
+                                        wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_semaphore_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_semaphore_acquire_session(key text, lim integer,
+                                                permits integer DEFAULT 1,
+                                                ttl_ms integer DEFAULT 30000,
+                                                wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_semaphore_acquire_session'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- Ends one hold; returns the permits given back.
+CREATE FUNCTION redis_semaphore_release(key text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'redis_semaphore_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 CREATE FUNCTION redis_lock_extend(key text, ttl_ms integer)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'redis_lock_extend'
@@ -74,15 +98,16 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'redis_fence_guard'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
--- The locks of every backend when redislock is preloaded, else this
--- backend's: a row per scope held, or for the scope awaited.
+-- The locks and semaphores of every backend when redislock is preloaded,
+-- else this backend's: a row per scope held, and for the scope awaited.
 CREATE FUNCTION redis_locks(OUT key text, OUT scope text, OUT holds integer,
                             OUT fence bigint, OUT acquired_at timestamptz,
                             OUT lease_expires_at timestamptz,
                             OUT pid integer, OUT server name,
                             OUT granted boolean,
                             OUT waiting_since timestamptz,
-                            OUT renewals bigint)
+                            OUT renewals bigint, OUT mode text,
+                            OUT permits integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redis_locks'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
@@ -101,6 +126,9 @@ CREATE FUNCTION redis_stats(OUT server name, OUT calls bigint,
                             OUT acquire_timeouts bigint, OUT wait_ms bigint,
                             OUT renewals bigint, OUT leases_lost bigint,
                             OUT give_backs bigint, OUT recovered bigint,
+                            OUT semaphore_acquires bigint,
+                            OUT semaphore_waits bigint,
+                            OUT semaphore_timeouts bigint,
                             OUT stats_reset timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redis_stats'

@@ -78,7 +78,8 @@
  * whose keys are not all on the node is refused (TRYAGAIN), and a queue
  * that is mostly absent would hold up nearly every release and acquire;
  * undeclared, they are reached where they are, and where they are not the
- * pcall fails softly.
+ * pcall fails softly.  A semaphore, whose permits any waiter may take, has
+ * no handoff key.
  */
 #define ANNOUNCE_RELEASE \
 	"local function announce(waiters, handoff)\n" \
@@ -92,9 +93,31 @@
 	"      heard = redis.pcall('PUBLISH', channel, 'released')\n" \
 	"    end\n" \
 	"    if type(heard) == 'number' and heard > 0 then\n" \
-	"      redis.pcall('SET', handoff, channel, 'PX', " CppAsString2(HANDOFF_MS) ")\n" \
+	"      if handoff then\n" \
+	"        redis.pcall('SET', handoff, channel, 'PX', " CppAsString2(HANDOFF_MS) ")\n" \
+	"      end\n" \
 	"      return\n" \
 	"    end\n" \
+	"  end\n" \
+	"end\n"
+
+/*
+ * Queue a waiter that was refused, by the wake channel it listens on, once:
+ * at the back of the waiters' queue, or at the front when a release woke
+ * it and it lost the race again (front).  The queue lives as long as the
+ * holder's lease (pttl) and the waiter's ttl together; waiters that still
+ * wait queue themselves again at each attempt.
+ */
+#define QUEUE_WAITER \
+	"local function queue_waiter(waiters, channel, front, pttl, ttl)\n" \
+	"  if redis.pcall('LPOS', waiters, channel) then\n" \
+	"    return\n" \
+	"  end\n" \
+	"  redis.pcall(front == 'front' and 'LPUSH' or 'RPUSH', waiters, channel)\n" \
+	"  local keep = math.min(pttl, 2147483647 - ttl) + ttl\n" \
+	"  local left = redis.pcall('PTTL', waiters)\n" \
+	"  if type(left) == 'number' and left < keep then\n" \
+	"    redis.pcall('PEXPIRE', waiters, keep)\n" \
 	"  end\n" \
 	"end\n"
 
@@ -125,11 +148,8 @@
  * A free lock that a release has handed to a woken waiter (ANNOUNCE_RELEASE)
  * is refused to everyone but that waiter until it comes or the handoff
  * ends.  A waiter that listens on a wake channel names it: when refused it
- * is queued, once, at the back of the waiters' queue, or at the front when
- * a release woke it and it lost the race again; when granted it leaves the
- * queue, so that no release wakes a waiter that waits no more.  The queue
- * lives as long as the lock's lease and the waiter's ttl together, and
- * waiters that still wait queue themselves again at each attempt.  A
+ * is queued (QUEUE_WAITER); when granted it leaves the queue, so that no
+ * release wakes a waiter that waits no more.  A
  * refusal returns -1 - (2 * PTTL + foreign): the holder's remaining lease,
  * or the handoff's, which bounds how long a waiter that polls sleeps
  * (2^31 - 1 when the lock has no lease), and whether the holder's value is
@@ -140,6 +160,7 @@
 RedisScript acquire_script = {
 	"acquire",
 	WOKEN_WAITER
+	QUEUE_WAITER
 	"local holder = redis.call('GET', KEYS[1])\n"
 	"local woken = not holder and ARGV[4] and woken_waiter(ARGV[4])\n"
 	"if (holder and holder ~= ARGV[1]) or (woken and woken ~= ARGV[5]) then\n"
@@ -147,13 +168,8 @@ RedisScript acquire_script = {
 	"  if type(pttl) ~= 'number' or pttl < 0 then\n"
 	"    pttl = 2147483647\n"
 	"  end\n"
-	"  if ARGV[5] and not redis.pcall('LPOS', ARGV[3], ARGV[5]) then\n"
-	"    redis.pcall(ARGV[6] == 'front' and 'LPUSH' or 'RPUSH', ARGV[3], ARGV[5])\n"
-	"    local keep = math.min(pttl, 2147483647 - ARGV[2]) + ARGV[2]\n"
-	"    local left = redis.pcall('PTTL', ARGV[3])\n"
-	"    if type(left) == 'number' and left < keep then\n"
-	"      redis.pcall('PEXPIRE', ARGV[3], keep)\n"
-	"    end\n"
+	"  if ARGV[5] then\n"
+	"    queue_waiter(ARGV[3], ARGV[5], ARGV[6], pttl, tonumber(ARGV[2]))\n"
 	"  end\n"
 	"  local foreign = holder and string.sub(holder, 1, 3) ~= 'pg:' and 1 or 0\n"
 	"  return -1 - (2 * pttl + foreign)\n"
@@ -407,6 +423,162 @@ RedisScript stock_set_script = {
 	"return err or done\n"
 };
 
+/*
+ * The members of a semaphore that stand for a backend's permits numbered
+ * first to first + count - 1 ("<owner token>_<number>", redis-semaphore's
+ * layout), passed to f in lists of at most 1000, which unpack() takes
+ * whole into a command's arguments.
+ */
+#define PERMIT_MEMBERS \
+	"local function permit_members(token, first, count, f)\n" \
+	"  local chunk = {}\n" \
+	"  for i = first, first + count - 1 do\n" \
+	"    chunk[#chunk + 1] = token .. '_' .. i\n" \
+	"    if #chunk == 1000 then\n" \
+	"      f(chunk)\n" \
+	"      chunk = {}\n" \
+	"    end\n" \
+	"  end\n" \
+	"  if #chunk > 0 then\n" \
+	"    f(chunk)\n" \
+	"  end\n" \
+	"end\n"
+
+/*
+ * Redis' clock in ms, the score of a permit taken or renewed now, and the
+ * expiry of the permits older than a lease of ttl ms, which their holders
+ * did not renew: redis-semaphore's reckoning, on Redis' clock instead of
+ * the client's.
+ */
+#define PERMIT_CLOCK \
+	"local function expire_permits(key, ttl)\n" \
+	"  local t = redis.call('TIME')\n" \
+	"  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
+	"  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - ttl))\n" \
+	"  return now\n" \
+	"end\n" \
+	"local function stamp_permits(key, token, first, count, now, ttl, flag)\n" \
+	"  local score = string.format('%d', now)\n" \
+	"  permit_members(token, first, count, function(members)\n" \
+	"    local args = {}\n" \
+	"    for _, member in ipairs(members) do\n" \
+	"      args[#args + 1] = score\n" \
+	"      args[#args + 1] = member\n" \
+	"    end\n" \
+	"    if flag then\n" \
+	"      redis.call('ZADD', key, flag, unpack(args))\n" \
+	"    else\n" \
+	"      redis.call('ZADD', key, unpack(args))\n" \
+	"    end\n" \
+	"  end)\n" \
+	"  if redis.call('PTTL', key) < ttl then\n" \
+	"    redis.call('PEXPIRE', key, ttl)\n" \
+	"  end\n" \
+	"end\n" \
+	"local function missing_permits(key, token, first, count)\n" \
+	"  local missing = 0\n" \
+	"  permit_members(token, first, count, function(members)\n" \
+	"    for _, score in ipairs(redis.call('ZMSCORE', key, unpack(members))) do\n" \
+	"      if not score then\n" \
+	"        missing = missing + 1\n" \
+	"      end\n" \
+	"    end\n" \
+	"  end)\n" \
+	"  return missing\n" \
+	"end\n"
+
+/*
+ * Take permits of a semaphore, stored as redis-semaphore stores its
+ * Semaphore and MultiSemaphore, so that both count the same permits: a
+ * sorted set at the key, one member a permit, scored by the time it was
+ * taken or renewed; the permits older than the lease are expired first.
+ * A backend holds the members "<owner token>_0" up to "<owner
+ * token>_<permits - 1>"; an attempt asks for the next ones, from the
+ * number of permits held already.  Those of them already there (an
+ * earlier attempt whose outcome was unknown) are ours, and count against
+ * the limit only once.  A grant that leaves permits free wakes the next
+ * waiter (ANNOUNCE_RELEASE), for it may fit too; a refusal queues a waiter
+ * that listens (QUEUE_WAITER) and returns -1 - (2 * ms + 1): when the
+ * oldest permit expires unrenewed, which bounds how long a waiter that
+ * polls sleeps, and a holder that may not announce its release.
+ * KEYS: semaphore.  ARGV: limit, permits asked, owner token, permits held,
+ * ttl in ms, waiters[, wake channel[, "front"]].  Returns 1 when taken.
+ */
+RedisScript semaphore_acquire_script = {
+	"semaphore_acquire",
+	ANNOUNCE_RELEASE
+	QUEUE_WAITER
+	PERMIT_MEMBERS
+	PERMIT_CLOCK
+	"local limit, asked = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
+	"local first, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
+	"local now = expire_permits(KEYS[1], ttl)\n"
+	"local missing = missing_permits(KEYS[1], ARGV[3], first, asked)\n"
+	"local held = redis.call('ZCARD', KEYS[1])\n"
+	"if held + missing > limit then\n"
+	"  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n"
+	"  local wait = oldest[2] and math.max(tonumber(oldest[2]) + ttl - now, 0) or ttl\n"
+	"  if ARGV[7] then\n"
+	"    queue_waiter(ARGV[6], ARGV[7], ARGV[8], wait, ttl)\n"
+	"  end\n"
+	"  return -1 - (2 * wait + 1)\n"
+	"end\n"
+	"stamp_permits(KEYS[1], ARGV[3], first, asked, now, ttl)\n"
+	"if ARGV[7] then\n"
+	"  redis.pcall('LREM', ARGV[6], 0, ARGV[7])\n"
+	"end\n"
+	"if held + missing < limit then\n"
+	"  announce(ARGV[6])\n"
+	"end\n"
+	"return 1\n"
+};
+
+/*
+ * Give back permits of a semaphore: the members numbered first to first +
+ * count - 1 of the owner token, and wake the first waiter that still
+ * listens when any was there.  Returns 1 when at least expected of them
+ * were there, else 0 (they expired unrenewed).  A backend that waits no
+ * more names its wake channel and leaves the queue: when a release had
+ * popped it already, and permits are free, it wakes the next waiter in its
+ * stead, as release_script does.
+ * KEYS: semaphore.  ARGV: owner token, first, count, expected, limit,
+ * waiters[, wake channel of the releasing backend].
+ */
+RedisScript semaphore_release_script = {
+	"semaphore_release",
+	ANNOUNCE_RELEASE
+	PERMIT_MEMBERS
+	"local popped = ARGV[7] and redis.pcall('LREM', ARGV[6], 0, ARGV[7]) == 0\n"
+	"local removed = 0\n"
+	"permit_members(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), function(members)\n"
+	"  removed = removed + redis.call('ZREM', KEYS[1], unpack(members))\n"
+	"end)\n"
+	"if removed > 0 or (popped and redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[5])) then\n"
+	"  announce(ARGV[6])\n"
+	"end\n"
+	"return removed >= tonumber(ARGV[4]) and 1 or 0\n"
+};
+
+/*
+ * Renew the permits a backend holds of a semaphore, scoring them now, only
+ * if every one of them is still there once the permits older than the
+ * lease are expired: a permit that expired may have been taken by another
+ * client since, and is not brought back.  Returns 1 when renewed.
+ * KEYS: semaphore.  ARGV: owner token, permits held, ttl in ms.
+ */
+RedisScript semaphore_extend_script = {
+	"semaphore_extend",
+	PERMIT_MEMBERS
+	PERMIT_CLOCK
+	"local held, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+	"local now = expire_permits(KEYS[1], ttl)\n"
+	"if missing_permits(KEYS[1], ARGV[1], 0, held) > 0 then\n"
+	"  return 0\n"
+	"end\n"
+	"stamp_permits(KEYS[1], ARGV[1], 0, held, now, ttl, 'XX')\n"
+	"return 1\n"
+};
+
 /* Hex SHA-1 of a script body, as Redis computes it for EVALSHA */
 static void
 compute_sha1(RedisScript *script)
@@ -435,6 +607,9 @@ redislock_init_scripts(void)
 	compute_sha1(&release_script);
 	compute_sha1(&abandon_script);
 	compute_sha1(&extend_script);
+	compute_sha1(&semaphore_acquire_script);
+	compute_sha1(&semaphore_release_script);
+	compute_sha1(&semaphore_extend_script);
 	compute_sha1(&stock_decr_script);
 	compute_sha1(&stock_giveback_script);
 	compute_sha1(&stock_set_script);

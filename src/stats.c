@@ -304,21 +304,26 @@ read_counts(ServerCounts *counts)
 	return n;
 }
 
-/* The row of one server: its name, its counters, when they were reset */
+/*
+ * The row of one server: its name, its counters, when they were reset.
+ * An installation that was not updated yet declares the columns of its
+ * version, with fewer counters, and gets those.
+ */
 static void
 put_server_row(ReturnSetInfo *rsinfo, const NameData *servername,
 			   const ServerCounts *counts)
 {
 	Datum		values[REDIS_NUM_STATS + 2];
 	bool		nulls[REDIS_NUM_STATS + 2] = {false};
+	int			ncounters = Min(REDIS_NUM_STATS, rsinfo->setDesc->natts - 2);
 	int			c;
 
 	values[0] = NameGetDatum(servername);
-	for (c = 0; c < REDIS_NUM_STATS; c++)
+	for (c = 0; c < ncounters; c++)
 		values[c + 1] = Int64GetDatum(counts ? (int64) counts->counters[c] : 0);
-	values[REDIS_NUM_STATS + 1] =
+	values[ncounters + 1] =
 		TimestampTzGetDatum(counts ? counts->stats_reset : 0);
-	nulls[REDIS_NUM_STATS + 1] = counts == NULL || counts->stats_reset == 0;
+	nulls[ncounters + 1] = counts == NULL || counts->stats_reset == 0;
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 

@@ -32,6 +32,9 @@ typedef enum RedisStat
 	REDIS_STAT_LEASES_LOST,		/* held locks found expired or taken */
 	REDIS_STAT_GIVE_BACKS,		/* rolled-back decrements given back */
 	REDIS_STAT_RECOVERED,		/* decrements given back by recovery */
+	REDIS_STAT_SEMAPHORE_ACQUIRES,	/* semaphore permits taken */
+	REDIS_STAT_SEMAPHORE_WAITS, /* semaphore acquires that waited */
+	REDIS_STAT_SEMAPHORE_TIMEOUTS,	/* their waits that ended without */
 	REDIS_NUM_STATS
 } RedisStat;
 

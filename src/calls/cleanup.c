@@ -57,6 +57,8 @@ copy_cleanup(const RedisCall *call)
 	strings = (char *) (kept + 1);
 	for (i = 0; i < call->argc; i++)
 	{
+		if (call->argv[i] == NULL)
+			continue;			/* an integer, copied with the call */
 		memcpy(strings, call->argv[i], call->argvlen[i]);
 		kept->call.argv[i] = strings;
 		strings += call->argvlen[i];

@@ -42,14 +42,13 @@ redis_call_arg(RedisCall *call, const char *arg, size_t len)
 
 /*
  * Add an integer argument.  It is kept in the call and formatted only when
- * the call is sent, which spares an allocation per command; a call has at
- * most one.
+ * the call is sent, which spares an allocation per command.
  */
 void
 redis_call_int_arg(RedisCall *call, int64 value)
 {
 	Assert(call->argc < REDIS_CALL_MAX_ARGS);
-	call->intarg = value;
+	call->intargs[call->argc] = value;
 	call->argv[call->argc] = NULL;
 	call->argvlen[call->argc++] = 0;
 }

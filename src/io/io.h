@@ -209,7 +209,7 @@ extern void addressbook_shmem_request(void);
 extern void addressbook_shmem_startup(void);
 
 /* A Redis command, or a script call, and the reply copied out of hiredis */
-#define REDIS_CALL_MAX_ARGS 8
+#define REDIS_CALL_MAX_ARGS 10
 
 typedef struct RedisCall
 {
@@ -229,9 +229,10 @@ typedef struct RedisCall
 									 * last arguments; 0 for none */
 	int			slot;			/* its key's Cluster slot, -1 until known */
 	int			argc;
-	const char *argv[REDIS_CALL_MAX_ARGS];	/* NULL: the integer below */
+	const char *argv[REDIS_CALL_MAX_ARGS];	/* NULL: the integer in intargs */
 	size_t		argvlen[REDIS_CALL_MAX_ARGS];
-	int64		intarg;			/* formatted when the call is sent */
+	int64		intargs[REDIS_CALL_MAX_ARGS];	/* formatted when the call is
+												 * sent */
 	void	   *origin;			/* what the caller made this call for */
 	void		(*on_reply) (struct RedisCall *call);	/* for batched calls */
 	/* replaces the usual copy of a non-error reply, for nested arrays */

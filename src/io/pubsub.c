@@ -72,13 +72,15 @@ pubsub_reply_kind(const redisReply *reply)
 
 /*
  * What a keyspace event says of a lock's key: an expiry or an eviction
- * frees it, a DEL frees it too (but our releases also announce theirs), a
- * lease renewal or a SET keeps it held
+ * frees it, and so does a semaphore's permit given back or expired (ZREM,
+ * ZREMRANGEBYSCORE); a DEL frees it too (but our releases also announce
+ * theirs); a lease renewal or a SET keeps it held
  */
 KeyspaceEvent
 pubsub_keyspace_event(const char *event)
 {
-	if (strcmp(event, "expired") == 0 || strcmp(event, "evicted") == 0)
+	if (strcmp(event, "expired") == 0 || strcmp(event, "evicted") == 0 ||
+		strcmp(event, "zrem") == 0 || strcmp(event, "zremrangebyscore") == 0)
 		return KEYSPACE_FREES;
 	if (strcmp(event, "del") == 0)
 		return KEYSPACE_DEL;

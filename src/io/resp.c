@@ -74,7 +74,8 @@ resp_append_call(StringInfo buf, const RedisCall *call)
 		{
 			char		intarg[MAXINT8LEN + 1];
 
-			append_resp_bulk(buf, intarg, compat_lltoa(call->intarg, intarg));
+			append_resp_bulk(buf, intarg,
+							 compat_lltoa(call->intargs[i], intarg));
 		}
 		else
 			append_resp_bulk(buf, call->argv[i], call->argvlen[i]);

@@ -69,27 +69,82 @@ attempt_deadline(TimestampTz start, int wait_ms)
 }
 
 /*
- * Delete a lock just taken, and its fencing token, because too few
- * replicas acknowledged it; then report that.
+ * The counter of redis_stats() for what befell an acquire of lock:
+ * stat, which counts exclusive locks, or its semaphores' twin
+ */
+static RedisStat
+kind_stat(const HeldLock *lock, RedisStat stat)
+{
+	if (lock->mode != LOCK_MODE_SEMAPHORE)
+		return stat;
+	switch (stat)
+	{
+		case REDIS_STAT_ACQUIRES:
+			return REDIS_STAT_SEMAPHORE_ACQUIRES;
+		case REDIS_STAT_ACQUIRE_WAITS:
+			return REDIS_STAT_SEMAPHORE_WAITS;
+		case REDIS_STAT_ACQUIRE_TIMEOUTS:
+			return REDIS_STAT_SEMAPHORE_TIMEOUTS;
+		default:
+			return stat;
+	}
+}
+
+/*
+ * Nothing of lock is in Redis any more, after an attempt that did not
+ * take it, but the permits of a semaphore's holds
+ */
+static void
+note_not_taken(HeldLock *lock)
+{
+	lock->in_redis = total_holds(lock) > 0;
+}
+
+/*
+ * Make call the release of what an attempt may have left in Redis: the
+ * lock, or the permits asked for above those held
+ */
+static void
+prepare_attempt_release(RedisCall *call, HeldLock *lock, bool leave_queue)
+{
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		prepare_permit_release(call, lock, lock->permits, lock->wait_permits,
+							   0, leave_queue);
+	else
+		prepare_release(call, lock, leave_queue);
+}
+
+/*
+ * Delete a lock just taken, and its fencing token, or give back the
+ * permits just taken, because too few replicas acknowledged them; then
+ * report that.
  */
 static void
 abandon_lock(HeldLock *lock, const RedisCall *wait)
 {
 	RedisCall	call;
 
-	lock_call_init(&call, lock, &abandon_script);
-	add_lock_keys(&call, lock);
-	add_token_arg(&call);
-	add_queue_args(&call, lock);
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		prepare_attempt_release(&call, lock, false);
+	else
+	{
+		lock_call_init(&call, lock, &abandon_script);
+		add_lock_keys(&call, lock);
+		add_token_arg(&call);
+		add_queue_args(&call, lock);
+	}
 	redis_run(&call, 1);
 	script_result(&call, user_key(lock));
-	lock->in_redis = false;
-	redis_report_replicas(wait, user_key(lock), "the lock was released");
+	note_not_taken(lock);
+	redis_report_replicas(wait, user_key(lock),
+						  lock->mode == LOCK_MODE_SEMAPHORE ?
+						  "the permits were given back" :
+						  "the lock was released");
 }
 
 /*
- * Release, without waiting for the answer, a lock that an acquire may have
- * left in Redis though it is not taken: granted too late for its lease, or
+ * Release, without waiting for the answer, what an acquire may have left
+ * in Redis though it is not taken: granted too late for its lease, or
  * granted by too few of a quorum's masters.  The release goes to every
  * master, answered or not, and runs after the acquire on each.  A wait
  * that gives up leaves the waiters' queue with it (leave_queue).
@@ -99,7 +154,7 @@ release_not_taken(HeldLock *lock, bool leave_queue)
 {
 	RedisCall	call;
 
-	prepare_release(&call, lock, leave_queue);
+	prepare_attempt_release(&call, lock, leave_queue);
 	redis_send_deferred(&call, 1);
 	if (leave_queue)
 		lock->queued = false;
@@ -132,6 +187,36 @@ read_refusal(long long answer, Refusal *refusal)
 }
 
 /*
+ * Make call the acquire script of lock, but for the waiter's arguments: a
+ * lock's, or a semaphore's, which asks for the permits wanted above those
+ * held, and may leave them behind from then on (permits_reserved)
+ */
+static void
+prepare_acquire_call(RedisCall *call, HeldLock *lock, int ttl_ms)
+{
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+	{
+		lock_call_init(call, lock, &semaphore_acquire_script);
+		call->nkeys = 1;
+		redis_call_arg(call, lock->tag.key, lock->tag.keylen);
+		redis_call_int_arg(call, lock->limit);
+		redis_call_int_arg(call, lock->wait_permits);
+		add_token_arg(call);
+		redis_call_int_arg(call, lock->permits);
+		redis_call_int_arg(call, ttl_ms);
+		redis_call_arg(call, lock->waiters_key, lock->waiters_keylen);
+		lock->permits_reserved = Max(lock->permits_reserved,
+									 lock->permits + lock->wait_permits);
+		return;
+	}
+	lock_call_init(call, lock, &acquire_script);
+	add_lock_keys(call, lock);
+	add_token_arg(call);
+	redis_call_int_arg(call, ttl_ms);
+	add_queue_args(call, lock);
+}
+
+/*
  * Make the calls of one attempt at taking the lock in Redis: the acquire
  * script, and with the server's min_replicas the WAIT for its replicas in
  * the same round trip (calls has room for two).  A waiter that hears our
@@ -145,11 +230,7 @@ prepare_attempt(RedisCall *calls, HeldLock *lock, int ttl_ms, bool queue,
 	RedisCall  *call = &calls[0];
 	int			ncalls = 1;
 
-	lock_call_init(call, lock, &acquire_script);
-	add_lock_keys(call, lock);
-	add_token_arg(call);
-	redis_call_int_arg(call, ttl_ms);
-	add_queue_args(call, lock);
+	prepare_acquire_call(call, lock, ttl_ms);
 	if (queue)
 	{
 		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
@@ -175,9 +256,11 @@ take_attempt(HeldLock *lock, RedisCall *calls, int ncalls, int ttl_ms,
 			 TimestampTz start, Refusal *refusal)
 {
 	RedisCall  *call = &calls[0];
+	bool		granted = lock->mode == LOCK_MODE_SEMAPHORE ?
+		call->reply_type == REDIS_REPLY_INTEGER && call->integer == 1 :
+		call->reply_type == REDIS_REPLY_STRING;
 
-	if (call->reply_type == REDIS_REPLY_STRING &&
-		redis_conn_decides_by_quorum(lock->conn) &&
+	if (granted && redis_conn_decides_by_quorum(lock->conn) &&
 		!renewed_in_time(lock, ttl_ms, start))
 	{
 		/*
@@ -185,26 +268,27 @@ take_attempt(HeldLock *lock, RedisCall *calls, int ncalls, int ttl_ms,
 		 * is no grant (elsewhere the check before commit judges the lease)
 		 */
 		release_not_taken(lock, false);
-		lock->in_redis = false;
+		note_not_taken(lock);
 		read_refusal(0, refusal);
 		return false;
 	}
-	if (call->reply_type != REDIS_REPLY_STRING)
+	if (!granted)
 	{
-		/* known outcome: not taken (the script writes the lock last) */
+		/* known outcome: not taken (the scripts write only when granting) */
 		if (redis_conn_decides_by_quorum(lock->conn))
 			release_not_taken(lock, false);
-		lock->in_redis = false;
+		note_not_taken(lock);
 		read_refusal(script_result(call, user_key(lock)), refusal);
 		return false;
 	}
 	lock->queued = false;
 	if (ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
 		abandon_lock(lock, &calls[1]);
-	lock->fence = pg_strtoint64(call->str);
+	if (lock->mode == LOCK_MODE_EXCLUSIVE)
+		lock->fence = pg_strtoint64(call->str);
 	lock->acquired_at = start;
 	set_lease(lock, ttl_ms, start);
-	redis_count(lock->conn, REDIS_STAT_ACQUIRES, 1);
+	redis_count(lock->conn, kind_stat(lock, REDIS_STAT_ACQUIRES), 1);
 	return true;
 }
 
@@ -227,7 +311,8 @@ count_wait(HeldLock *lock, long waited_ms, bool timed_out)
 {
 	redis_count(lock->conn, REDIS_STAT_WAIT_MS, waited_ms);
 	if (timed_out)
-		redis_count(lock->conn, REDIS_STAT_ACQUIRE_TIMEOUTS, 1);
+		redis_count(lock->conn, kind_stat(lock, REDIS_STAT_ACQUIRE_TIMEOUTS),
+					1);
 }
 
 /* Count the first wait of an acquire, once */
@@ -235,7 +320,7 @@ static void
 note_waiting(HeldLock *lock, bool *waited)
 {
 	if (!*waited)
-		redis_count(lock->conn, REDIS_STAT_ACQUIRE_WAITS, 1);
+		redis_count(lock->conn, kind_stat(lock, REDIS_STAT_ACQUIRE_WAITS), 1);
 	*waited = true;
 }
 
@@ -282,14 +367,17 @@ wait_time_left(HeldLock *lock, TimestampTz start, int wait_ms, long *left_ms)
  * every WAIT_MAX_DELAY_MS, or never before the lease ends when keyspace
  * events tell of those too.  Otherwise capped exponential backoff with
  * jitter, so that pollers do not hammer Redis in step.  Nobody sleeps past
- * the end of the holder's lease.
+ * the end of the holder's lease.  A semaphore's waiter does not count on
+ * keyspace events, which tell of permits given back only where the server
+ * publishes sorted sets' events too.
  */
 static long
-sleep_before_retry(int hears, const Refusal *refusal, int *delay_ms)
+sleep_before_retry(const HeldLock *lock, int hears, const Refusal *refusal,
+				   int *delay_ms)
 {
 	long		sleep_ms;
 
-	if (hears & WAKE_KEYSPACE)
+	if ((hears & WAKE_KEYSPACE) && lock->mode != LOCK_MODE_SEMAPHORE)
 		sleep_ms = WAIT_KEYSPACE_MAX_MS;
 	else if (hears & WAKE_ANNOUNCED)
 		sleep_ms = WAIT_MAX_DELAY_MS;
@@ -513,7 +601,8 @@ wait_in_redis(HeldLock *lock, int ttl_ms, int wait_ms, TimestampTz start,
 				hears = listen_for_release(lock,
 										   attempt_deadline(start, wait_ms));
 			if (!wait_before_retry(lock, start, wait_ms,
-								   sleep_before_retry(hears, refusal, &delay_ms),
+								   sleep_before_retry(lock, hears, refusal,
+													  &delay_ms),
 								   refusal->holder_announces, &woken))
 				break;
 		}

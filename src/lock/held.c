@@ -136,7 +136,8 @@ untouch_lock(HeldLock *lock)
  * a transaction hold, as session says.
  */
 HeldLock *
-create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
+create_lock(RedisConn *conn, const char *rkey, int rkeylen, LockMode mode,
+			bool session)
 {
 	LockTag		tag;
 	HeldLock   *lock;
@@ -145,6 +146,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	RedisLockState waiting = {0};
 	LockTableRef shared;
 
+	waiting.mode = mode;
 	waiting.session = session;
 	waiting.waiting_since = GetCurrentTimestamp();
 	(void) conn_owner_token(conn);
@@ -156,6 +158,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	lock = (HeldLock *) hash_search(held_locks, &tag, HASH_ENTER, &found);
 	Assert(!found);
 
+	lock->mode = mode;
 	lock->conn = conn;
 	lock->prefixlen = strlen(conn->key_prefix);
 	lock->slot = redis_key_slot(rkey, rkeylen);
@@ -180,6 +183,13 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, bool session)
 	lock->levels = NULL;		/* allocated with the first transaction hold */
 	lock->maxlevels = 0;
 	lock->nlevels = 0;
+	lock->permit_holds = NULL;	/* allocated with a semaphore's first hold */
+	lock->npermit_holds = 0;
+	lock->maxpermit_holds = 0;
+	lock->permits = 0;
+	lock->wait_permits = 0;
+	lock->permits_reserved = 0;
+	lock->limit = 0;
 	lock->in_redis = false;
 	lock->fence = 0;
 	lock->ttl_ms = 0;
@@ -210,6 +220,8 @@ remove_lock(HeldLock *lock)
 		pfree(lock->wake_channel);
 	if (lock->levels != NULL)
 		pfree(lock->levels);
+	if (lock->permit_holds != NULL)
+		pfree(lock->permit_holds);
 	hash_search(held_locks, &lock->tag, HASH_REMOVE, NULL);
 	pfree(key);
 	redis_conn_unpin(conn);
@@ -228,10 +240,23 @@ total_holds(const HeldLock *lock)
 void
 lock_state(const HeldLock *lock, RedisLockState *state)
 {
+	int			i;
+
+	state->mode = lock->mode;
 	state->granted = lock->waiting_since == 0;
 	state->session = lock->wait_session;
 	state->session_holds = lock->session_holds;
 	state->xact_holds = lock->xact_holds;
+	state->session_permits = 0;
+	state->xact_permits = 0;
+	for (i = 0; i < lock->npermit_holds; i++)
+	{
+		if (lock->permit_holds[i].level == 0)
+			state->session_permits += lock->permit_holds[i].permits;
+		else
+			state->xact_permits += lock->permit_holds[i].permits;
+	}
+	state->wait_permits = lock->waiting_since != 0 ? lock->wait_permits : 0;
 	state->ttl_ms = lock->ttl_ms;
 	state->fence = lock->fence;
 	state->waiting_since = lock->waiting_since;
@@ -274,11 +299,39 @@ user_key(const HeldLock *lock)
 	return lock->tag.key + lock->prefixlen;
 }
 
+/*
+ * Note the permits of a semaphore's new hold, at level (0 for a session
+ * hold)
+ */
+static void
+add_permit_hold(HeldLock *lock, int level, int permits)
+{
+	if (lock->permit_holds == NULL)
+	{
+		lock->maxpermit_holds = 4;
+		lock->permit_holds = MemoryContextAlloc(locks_cxt,
+												sizeof(PermitHold) * lock->maxpermit_holds);
+	}
+	else if (lock->npermit_holds == lock->maxpermit_holds)
+	{
+		lock->maxpermit_holds *= 2;
+		lock->permit_holds = repalloc(lock->permit_holds,
+									  sizeof(PermitHold) * lock->maxpermit_holds);
+	}
+	lock->permit_holds[lock->npermit_holds].level = level;
+	lock->permit_holds[lock->npermit_holds].permits = permits;
+	lock->npermit_holds++;
+	lock->permits += permits;
+}
+
+/* One more hold of lock, with the permits it took of a semaphore */
 void
-add_hold(HeldLock *lock, bool session)
+add_hold(HeldLock *lock, bool session, int permits)
 {
 	int			level = GetCurrentTransactionNestLevel();
 
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		add_permit_hold(lock, session ? 0 : level, permits);
 	if (session)
 	{
 		lock->session_holds++;
@@ -308,12 +361,49 @@ add_hold(HeldLock *lock, bool session)
 }
 
 /*
+ * The place in permit_holds of the hold that drop_one_hold() ends: the
+ * last session hold, else the last (innermost) transaction hold
+ */
+static int
+last_hold_to_drop(const HeldLock *lock)
+{
+	int			i;
+
+	if (lock->session_holds > 0)
+		for (i = lock->npermit_holds - 1; i >= 0; i--)
+			if (lock->permit_holds[i].level == 0)
+				return i;
+	return lock->npermit_holds - 1;
+}
+
+/*
+ * The permits of the hold that drop_one_hold() would end, so that Redis
+ * can give them back first; 0 for a lock
+ */
+int
+permits_of_next_drop(const HeldLock *lock)
+{
+	if (lock->mode != LOCK_MODE_SEMAPHORE)
+		return 0;
+	return lock->permit_holds[last_hold_to_drop(lock)].permits;
+}
+
+/*
  * End one hold: a session hold if there is one, as those are what explicit
  * release is for, otherwise the innermost transaction hold.
  */
 void
 drop_one_hold(HeldLock *lock)
 {
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+	{
+		int			i = last_hold_to_drop(lock);
+
+		lock->permits -= lock->permit_holds[i].permits;
+		lock->npermit_holds--;
+		memmove(&lock->permit_holds[i], &lock->permit_holds[i + 1],
+				sizeof(PermitHold) * (lock->npermit_holds - i));
+	}
 	if (lock->session_holds > 0)
 	{
 		lock->session_holds--;
@@ -323,6 +413,38 @@ drop_one_hold(HeldLock *lock)
 	lock->xact_holds--;
 	if (--lock->levels[lock->nlevels - 1].count == 0)
 		lock->nlevels--;
+}
+
+/*
+ * The permits of a semaphore's transaction holds at nesting level `level`
+ * and deeper end (level 1: every transaction hold): forget them, and
+ * return how many permits they held.  The counts of holds are the
+ * caller's to change.
+ */
+int
+drop_permit_holds(HeldLock *lock, int level)
+{
+	int			dropped = 0;
+
+	while (lock->npermit_holds > 0 &&
+		   lock->permit_holds[lock->npermit_holds - 1].level >= level)
+		dropped += lock->permit_holds[--lock->npermit_holds].permits;
+	lock->permits -= dropped;
+	return dropped;
+}
+
+/* A subtransaction committed: its semaphore holds pass to the parent */
+void
+pass_permit_holds(HeldLock *lock, int level)
+{
+	int			i;
+
+	for (i = lock->npermit_holds - 1; i >= 0; i--)
+	{
+		if (lock->permit_holds[i].level != level)
+			break;
+		lock->permit_holds[i].level = level - 1;
+	}
 }
 
 /* Start a call on lock, in the slot of its key */
@@ -459,11 +581,42 @@ add_token_arg(RedisCall *call)
 void
 prepare_release(RedisCall *call, HeldLock *lock, bool waits_no_more)
 {
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+	{
+		prepare_permit_release(call, lock, 0,
+							   Max(lock->permits, lock->permits_reserved),
+							   lock->permits, waits_no_more);
+		return;
+	}
 	lock_call_init(call, lock, &release_script);
 	call->nkeys = 1;
 	add_lock_key(call, lock);
 	add_token_arg(call);
 	add_queue_args(call, lock);
+	if (waits_no_more && lock->wake_channel != NULL)
+		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
+	call->origin = lock;
+}
+
+/*
+ * Make call the release of a semaphore's permits numbered first to first +
+ * count - 1, which answers 1 when expected of them were still ours.  A
+ * backend that waits no more leaves the waiters' queue as prepare_release()
+ * says.
+ */
+void
+prepare_permit_release(RedisCall *call, HeldLock *lock, int first, int count,
+					   int expected, bool waits_no_more)
+{
+	lock_call_init(call, lock, &semaphore_release_script);
+	call->nkeys = 1;
+	add_lock_key(call, lock);
+	add_token_arg(call);
+	redis_call_int_arg(call, first);
+	redis_call_int_arg(call, count);
+	redis_call_int_arg(call, expected);
+	redis_call_int_arg(call, lock->limit);
+	redis_call_arg(call, lock->waiters_key, lock->waiters_keylen);
 	if (waits_no_more && lock->wake_channel != NULL)
 		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
 	call->origin = lock;
@@ -485,10 +638,18 @@ void
 warn_lost(HeldLock *lock)
 {
 	note_lease_lost(lock);
-	ereport(WARNING,
-			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-			 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
-					user_key(lock), lock->conn->servername),
-			 errdetail("The lock at %s expired or was taken by another client; the key was left alone.",
-					   lock_endpoint(lock))));
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease of the permits of Redis semaphore \"%s\" on server \"%s\" was lost",
+						user_key(lock), lock->conn->servername),
+				 errdetail("Permits of this backend at %s expired unrenewed.",
+						   lock_endpoint(lock))));
+	else
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
+						user_key(lock), lock->conn->servername),
+				 errdetail("The lock at %s expired or was taken by another client; the key was left alone.",
+						   lock_endpoint(lock))));
 }

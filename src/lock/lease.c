@@ -83,6 +83,9 @@ errdetail_renewal_failed(const HeldLock *lock, bool renewed)
 	if (renewed)
 		return errdetail("Redis at %s confirmed the lease only when it may have run out already.",
 						 lock_endpoint(lock));
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		return errdetail("Permits of this backend at %s expired unrenewed while it held them.",
+						 lock_endpoint(lock));
 	return errdetail("The lock at %s expired or was taken by another client while this backend held it.",
 					 lock_endpoint(lock));
 }
@@ -129,13 +132,42 @@ lock_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 		redis_call_arg(call, hold_fence, strlen(hold_fence));
 }
 
-/* Make call the script that resets the lease of lock to ttl_ms if ours */
+/*
+ * Make call the script that renews the permits numbered 0 to permits - 1
+ * that token holds of a semaphore, to ttl_ms, if every one of them is still
+ * there: for the same callers as lock_extend_call().  The strings must
+ * outlive the call.
+ */
+void
+semaphore_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
+					  int rkeylen, int slot, const char *token, int permits,
+					  int ttl_ms)
+{
+	redis_call_init(call, conn, &semaphore_extend_script);
+	call->slot = slot;
+	call->nkeys = 1;
+	redis_call_arg(call, rkey, rkeylen);
+	redis_call_arg(call, token, strlen(token));
+	redis_call_int_arg(call, permits);
+	redis_call_int_arg(call, ttl_ms);
+}
+
+/*
+ * Make call the script that resets the lease of lock to ttl_ms if ours: a
+ * lock's key, or a semaphore's permits
+ */
 void
 prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 {
-	lock_extend_call(call, lock->conn, lock->tag.key, lock->tag.keylen,
-					 lock->slot, lock->fence_key, lock->fence_keylen,
-					 conn_owner_token(lock->conn), ttl_ms, NULL);
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		semaphore_extend_call(call, lock->conn, lock->tag.key,
+							  lock->tag.keylen, lock->slot,
+							  conn_owner_token(lock->conn), lock->permits,
+							  ttl_ms);
+	else
+		lock_extend_call(call, lock->conn, lock->tag.key, lock->tag.keylen,
+						 lock->slot, lock->fence_key, lock->fence_keylen,
+						 conn_owner_token(lock->conn), ttl_ms, NULL);
 	call->origin = lock;
 }
 
@@ -161,6 +193,9 @@ renew_held_lock(HeldLock *lock, int ttl_ms, int elevel)
 		note_lease_lost(lock);
 		ereport(elevel,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 lock->mode == LOCK_MODE_SEMAPHORE ?
+				 errmsg("lease of the permits of Redis semaphore \"%s\" on server \"%s\" was lost",
+						user_key(lock), lock->conn->servername) :
 				 errmsg("lease of Redis lock \"%s\" on server \"%s\" was lost",
 						user_key(lock), lock->conn->servername),
 				 errdetail_renewal_failed(lock, renewed),

@@ -29,12 +29,26 @@ extern void locks_verify_before_commit(void);
 extern void locks_end_xact(RedisBatch *batch, bool session_too);
 extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
 
+/*
+ * The kinds of lock: an exclusive lock is a string key carrying its
+ * holder's owner token; a semaphore is a sorted set with one member per
+ * permit held, as redis-semaphore keeps it.
+ */
+typedef enum LockMode
+{
+	LOCK_MODE_EXCLUSIVE,
+	LOCK_MODE_SEMAPHORE
+} LockMode;
+
 /* What the lease watchdog shares with the holders' renewals (lease.c) */
 extern void lock_extend_call(RedisCall *call, RedisConn *conn,
 							 const char *rkey, int rkeylen, int slot,
 							 const char *fence_key, int fence_keylen,
 							 const char *token, int ttl_ms,
 							 const char *hold_fence);
+extern void semaphore_extend_call(RedisCall *call, RedisConn *conn,
+								  const char *rkey, int rkeylen, int slot,
+								  const char *token, int permits, int ttl_ms);
 extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
 								  TimestampTz start);
 
@@ -46,10 +60,14 @@ extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
  */
 typedef struct RedisLockState
 {
+	LockMode	mode;
 	bool		granted;		/* false while the holder waits for it */
 	bool		session;		/* while waiting: asked for a session hold */
 	int			session_holds;
 	int			xact_holds;
+	int			session_permits;	/* a semaphore's, of those holds */
+	int			xact_permits;
+	int			wait_permits;	/* a semaphore's, while waiting */
 	int			ttl_ms;
 	int64		fence;
 	TimestampTz waiting_since;	/* 0 once granted */
@@ -190,9 +208,23 @@ typedef struct LevelHolds
 	int			count;
 } LevelHolds;
 
+/*
+ * The permits of a semaphore's holds, one entry a hold, in the order they
+ * were taken; level 0 for a session hold, else the nesting level of a
+ * transaction hold (nondecreasing among those).  In Redis, a backend's
+ * permits of a semaphore are the members "<owner token>_0" up to
+ * "<owner token>_<permits - 1>", whichever hold took them.
+ */
+typedef struct PermitHold
+{
+	int			level;
+	int			permits;
+} PermitHold;
+
 typedef struct HeldLock
 {
 	LockTag		tag;			/* hash key; tag.key is owned by the entry */
+	LockMode	mode;
 	dlist_node	xact_link;		/* in touched_locks, when touched */
 	bool		touched;		/* the current transaction has work for it */
 	RedisConn  *conn;			/* where the lock was taken */
@@ -217,6 +249,15 @@ typedef struct HeldLock
 	LevelHolds *levels;			/* ascending nesting levels */
 	int			nlevels;
 	int			maxlevels;
+	PermitHold *permit_holds;	/* a semaphore's holds, else NULL */
+	int			npermit_holds;
+	int			maxpermit_holds;
+	int			permits;		/* a semaphore's permits, of every hold */
+	int			wait_permits;	/* and those asked for, while acquiring */
+	int			permits_reserved;	/* the permits an attempt whose outcome
+									 * is unknown may have taken, with
+									 * those held */
+	int			limit;			/* the limit it was last asked for with */
 	bool		in_redis;		/* may exist in Redis with our token */
 	int64		fence;			/* 0 until acquired */
 	int			ttl_ms;
@@ -237,15 +278,18 @@ extern HeldLock *find_lock(Oid serverid, const char *rkey, int rkeylen);
 extern void touch_lock(HeldLock *lock);
 extern void untouch_lock(HeldLock *lock);
 extern HeldLock *create_lock(RedisConn *conn, const char *rkey, int rkeylen,
-							 bool session);
+							 LockMode mode, bool session);
 extern void remove_lock(HeldLock *lock);
 extern int	total_holds(const HeldLock *lock);
 extern void lock_state(const HeldLock *lock, RedisLockState *state);
 extern void publish_lock(const HeldLock *lock);
 extern void note_lease_lost(HeldLock *lock);
 extern const char *user_key(const HeldLock *lock);
-extern void add_hold(HeldLock *lock, bool session);
+extern void add_hold(HeldLock *lock, bool session, int permits);
+extern int	permits_of_next_drop(const HeldLock *lock);
 extern void drop_one_hold(HeldLock *lock);
+extern int	drop_permit_holds(HeldLock *lock, int level);
+extern void pass_permit_holds(HeldLock *lock, int level);
 extern void lock_call_init(RedisCall *call, HeldLock *lock,
 						   const RedisScript *script);
 extern void add_lock_keys(RedisCall *call, const HeldLock *lock);
@@ -255,6 +299,9 @@ extern void add_queue_args(RedisCall *call, const HeldLock *lock);
 extern void add_token_arg(RedisCall *call);
 extern void prepare_release(RedisCall *call, HeldLock *lock,
 							bool waits_no_more);
+extern void prepare_permit_release(RedisCall *call, HeldLock *lock,
+								   int first, int count, int expected,
+								   bool waits_no_more);
 extern long long script_result(const RedisCall *call, const char *key);
 extern void warn_lost(HeldLock *lock);
 

@@ -84,6 +84,9 @@ locks_verify_before_commit(void)
 			note_lease_lost(lock);
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 lock->mode == LOCK_MODE_SEMAPHORE ?
+					 errmsg("permits of Redis semaphore \"%s\" on server \"%s\" were lost before commit",
+							user_key(lock), lock->conn->servername) :
 					 errmsg("Redis lock \"%s\" on server \"%s\" was lost before commit",
 							user_key(lock), lock->conn->servername),
 					 errdetail_renewal_failed(lock, renewed),
@@ -109,6 +112,39 @@ release_done(RedisCall *call)
 	else if (call->reply_type != REDIS_REPLY_INTEGER && call->reply_type != 0)
 		redis_unexpected_reply(call, user_key(lock), WARNING);
 	remove_lock(lock);
+}
+
+/*
+ * A batched give-back of some of a semaphore's permits has run: report
+ * them lost when they had expired.  The semaphore stays, with its other
+ * holds.
+ */
+static void
+permits_release_done(RedisCall *call)
+{
+	HeldLock   *lock = (HeldLock *) call->origin;
+
+	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0)
+		warn_lost(lock);
+	else if (call->reply_type != REDIS_REPLY_INTEGER && call->reply_type != 0)
+		redis_unexpected_reply(call, user_key(lock), WARNING);
+}
+
+/*
+ * The permits of a semaphore's holds that end while others stay, which
+ * drop_permit_holds() has just forgotten: queue their give-back, the top
+ * `dropped` of the backend's members.  A give-back that gets no reply
+ * leaves them to expire, since renewals cover the permits held only.
+ */
+static void
+queue_permits_release(RedisBatch *batch, HeldLock *lock, int dropped)
+{
+	RedisCall  *call = redis_batch_add(batch);
+
+	publish_lock(lock);
+	prepare_permit_release(call, lock, lock->permits, dropped, dropped,
+						   false);
+	call->on_reply = permits_release_done;
 }
 
 /*
@@ -161,11 +197,17 @@ locks_end_xact(RedisBatch *batch, bool session_too)
 	dlist_foreach_modify(miter, &touched_locks)
 	{
 		HeldLock   *lock = dlist_container(HeldLock, xact_link, miter.cur);
+		int			dropped = 0;
 
+		if (lock->mode == LOCK_MODE_SEMAPHORE && lock->xact_holds > 0 &&
+			lock->session_holds > 0)
+			dropped = drop_permit_holds(lock, 1);
 		lock->xact_holds = 0;
 		lock->nlevels = 0;
 		untouch_lock(lock);
-		if (total_holds(lock) > 0)
+		if (dropped > 0)
+			queue_permits_release(batch, lock, dropped);
+		else if (total_holds(lock) > 0)
 			publish_lock(lock);
 		queue_release_if_unheld(batch, lock);
 	}
@@ -189,18 +231,30 @@ locks_end_subxact(RedisBatch *batch, int level, bool commit)
 		{
 			if (!commit)
 			{
+				int			dropped = 0;
+
+				if (lock->mode == LOCK_MODE_SEMAPHORE &&
+					total_holds(lock) > top->count)
+					dropped = drop_permit_holds(lock, level);
 				lock->xact_holds -= top->count;
 				lock->nlevels--;
-				if (total_holds(lock) > 0)
+				if (dropped > 0)
+					queue_permits_release(batch, lock, dropped);
+				else if (total_holds(lock) > 0)
 					publish_lock(lock);
 			}
-			else if (lock->nlevels > 1 && top[-1].level == level - 1)
-			{
-				top[-1].count += top->count;
-				lock->nlevels--;
-			}
 			else
-				top->level = level - 1;
+			{
+				if (lock->mode == LOCK_MODE_SEMAPHORE)
+					pass_permit_holds(lock, level);
+				if (lock->nlevels > 1 && top[-1].level == level - 1)
+				{
+					top[-1].count += top->count;
+					lock->nlevels--;
+				}
+				else
+					top->level = level - 1;
+			}
 		}
 		if (!commit)
 			queue_release_if_unheld(batch, lock);

@@ -36,6 +36,9 @@ PG_FUNCTION_INFO_V1(redis_lock_release_all);
 PG_FUNCTION_INFO_V1(redis_lock_extend);
 PG_FUNCTION_INFO_V1(redis_lock_fence);
 PG_FUNCTION_INFO_V1(redis_fence_guard);
+PG_FUNCTION_INFO_V1(redis_semaphore_acquire);
+PG_FUNCTION_INFO_V1(redis_semaphore_acquire_session);
+PG_FUNCTION_INFO_V1(redis_semaphore_release);
 
 /*
  * A lease (ttl_ms), which must be positive, or a wait (wait_ms), which may
@@ -61,6 +64,29 @@ validated_ms(FunctionCallInfo fcinfo, int argno, bool is_wait)
 }
 
 /*
+ * A count of permits (argno), which must be positive and, for the permits
+ * asked (at_most > 0), no more than the limit at_most
+ */
+static int
+validated_permits(FunctionCallInfo fcinfo, int argno, const char *name,
+				  int at_most)
+{
+	int			n;
+
+	require_argument(fcinfo, argno, name);
+	n = PG_GETARG_INT32(argno);
+	if (n < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be greater than zero: %d", name, n)));
+	if (at_most > 0 && n > at_most)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not exceed lim: %d > %d", name, n, at_most)));
+	return n;
+}
+
+/*
  * The held lock for the key argument; *conn_out and *rkey_out receive the
  * server's connection and the Redis key.  NULL when the backend has no
  * entry for it.
@@ -82,6 +108,36 @@ lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
 	if (rkeylen_out)
 		*rkeylen_out = rkeylen;
 	return find_lock(conn->serverid, rkey, rkeylen);
+}
+
+/* The held lock for the key argument if it is of kind mode, else NULL */
+static HeldLock *
+lookup_kind_arg(FunctionCallInfo fcinfo, LockMode mode)
+{
+	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+
+	return lock != NULL && lock->mode == mode ? lock : NULL;
+}
+
+/*
+ * A key that this backend holds or awaits as one kind of lock cannot be
+ * taken as another: in Redis a lock is a string and a semaphore a sorted
+ * set.
+ */
+static void
+check_mode(const HeldLock *lock, LockMode mode)
+{
+	if (lock == NULL || lock->mode == mode)
+		return;
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("Redis key \"%s\" is a semaphore of this session, not a lock",
+						user_key(lock))));
+	ereport(ERROR,
+			(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			 errmsg("Redis key \"%s\" is a lock of this session, not a semaphore",
+					user_key(lock))));
 }
 
 /*
@@ -122,10 +178,10 @@ ask_for_renewal(const HeldLock *lock)
  */
 static HeldLock *
 lock_to_await(HeldLock *lock, RedisConn *conn, const char *rkey, int rkeylen,
-			  bool session)
+			  LockMode mode, bool session)
 {
 	if (lock == NULL)
-		return create_lock(conn, rkey, rkeylen, session);
+		return create_lock(conn, rkey, rkeylen, mode, session);
 	lock->waiting_since = GetCurrentTimestamp();
 	lock->wait_session = session;
 	publish_lock(lock);
@@ -142,9 +198,9 @@ note_granted(HeldLock *lock)
 
 /* One more hold of a lock, published and renewed as the settings say */
 static void
-hold_granted(HeldLock *lock, bool session)
+hold_granted(HeldLock *lock, bool session, int permits)
 {
-	add_hold(lock, session);
+	add_hold(lock, session, permits);
 	publish_lock(lock);
 	ask_for_renewal(lock);
 }
@@ -159,12 +215,14 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 	int			rkeylen;
 	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, &rkey, &rkeylen);
 
+	check_mode(lock, LOCK_MODE_EXCLUSIVE);
 	check_ttl_for_server(conn, ttl_ms);
 	if (lock != NULL && total_holds(lock) > 0)
 		(void) renew_held_lock(lock, ttl_ms, ERROR);
 	else
 	{
-		lock = lock_to_await(lock, conn, rkey, rkeylen, session);
+		lock = lock_to_await(lock, conn, rkey, rkeylen, LOCK_MODE_EXCLUSIVE,
+							 session);
 		if (!acquire_in_redis(lock, ttl_ms, wait_ms))
 		{
 			remove_lock(lock);
@@ -172,7 +230,7 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 		}
 		note_granted(lock);
 	}
-	hold_granted(lock, session);
+	hold_granted(lock, session, 0);
 	return true;
 }
 
@@ -301,12 +359,13 @@ acquire_lock_set(FunctionCallInfo fcinfo, bool session)
 		HeldLock   *lock = find_lock(conn->serverid, keys[i].rkey,
 									 keys[i].rkeylen);
 
+		check_mode(lock, LOCK_MODE_EXCLUSIVE);
 		if (lock != NULL && total_holds(lock) > 0)
 			(void) renew_held_lock(lock, ttl_ms, ERROR);
 		else
 		{
 			lock = lock_to_await(lock, conn, keys[i].rkey, keys[i].rkeylen,
-								 session);
+								 LOCK_MODE_EXCLUSIVE, session);
 			absent[nabsent++] = lock;
 		}
 		locks[i] = lock;
@@ -320,7 +379,7 @@ acquire_lock_set(FunctionCallInfo fcinfo, bool session)
 	for (i = 0; i < nabsent; i++)
 		note_granted(absent[i]);
 	for (i = 0; i < nkeys; i++)
-		hold_granted(locks[i], session);
+		hold_granted(locks[i], session, 0);
 	return true;
 }
 
@@ -357,7 +416,7 @@ warn_not_held(const char *key)
 Datum
 redis_lock_release(PG_FUNCTION_ARGS)
 {
-	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	HeldLock   *lock = lookup_kind_arg(fcinfo, LOCK_MODE_EXCLUSIVE);
 	RedisCall	call;
 	bool		released;
 
@@ -466,7 +525,8 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, NULL, NULL);
 
 	check_ttl_for_server(conn, ttl_ms);
-	if (lock == NULL || total_holds(lock) == 0)
+	if (lock == NULL || total_holds(lock) == 0 ||
+		lock->mode != LOCK_MODE_EXCLUSIVE)
 	{
 		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
 		PG_RETURN_BOOL(false);
@@ -482,7 +542,7 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 Datum
 redis_lock_fence(PG_FUNCTION_ARGS)
 {
-	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	HeldLock   *lock = lookup_kind_arg(fcinfo, LOCK_MODE_EXCLUSIVE);
 
 	if (lock == NULL || total_holds(lock) == 0)
 		PG_RETURN_NULL();
@@ -501,7 +561,7 @@ redis_lock_fence(PG_FUNCTION_ARGS)
 Datum
 redis_fence_guard(PG_FUNCTION_ARGS)
 {
-	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
+	HeldLock   *lock = lookup_kind_arg(fcinfo, LOCK_MODE_EXCLUSIVE);
 	int64		stored = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
 
 	if (lock == NULL || total_holds(lock) == 0)
@@ -517,4 +577,111 @@ redis_fence_guard(PG_FUNCTION_ARGS)
 						lock->fence, user_key(lock), stored),
 				 errdetail("A later holder of the lock has written since this backend acquired it.")));
 	PG_RETURN_INT64(lock->fence);
+}
+
+/*
+ * Take permits of a semaphore, as redis-semaphore's MultiSemaphore does,
+ * for a session or a transaction hold.  Each acquire is a hold of its own,
+ * with its permits; a backend that holds permits of the key already has
+ * them confirmed and renewed first, as a second redis_lock_acquire()
+ * renews a lock, and a refusal leaves them held.
+ */
+static bool
+acquire_semaphore(FunctionCallInfo fcinfo, bool session)
+{
+	int			lim = validated_permits(fcinfo, 1, "lim", 0);
+	int			permits = validated_permits(fcinfo, 2, "permits", lim);
+	int			ttl_ms = validated_ms(fcinfo, 3, false);
+	int			wait_ms = validated_ms(fcinfo, 4, true);
+	RedisConn  *conn;
+	char	   *rkey;
+	int			rkeylen;
+	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, &rkey, &rkeylen);
+
+	check_mode(lock, LOCK_MODE_SEMAPHORE);
+	check_ttl_for_server(conn, ttl_ms);
+	if (lock != NULL && total_holds(lock) > 0)
+		(void) renew_held_lock(lock, ttl_ms, ERROR);
+	lock = lock_to_await(lock, conn, rkey, rkeylen, LOCK_MODE_SEMAPHORE,
+						 session);
+	lock->limit = lim;
+	lock->wait_permits = permits;
+	if (!acquire_in_redis(lock, ttl_ms, wait_ms))
+	{
+		if (total_holds(lock) == 0)
+			remove_lock(lock);
+		else
+		{
+			lock->waiting_since = 0;
+			publish_lock(lock);
+		}
+		return false;
+	}
+	note_granted(lock);
+	hold_granted(lock, session, permits);
+	return true;
+}
+
+/*
+ * redis_semaphore_acquire(key, lim, permits, ttl_ms, wait_ms): permits of
+ * a semaphore held until the end of the transaction (or of the savepoint
+ * they were taken in, on rollback)
+ */
+Datum
+redis_semaphore_acquire(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_semaphore(fcinfo, false));
+}
+
+/*
+ * redis_semaphore_acquire_session(key, lim, permits, ttl_ms, wait_ms):
+ * held until released
+ */
+Datum
+redis_semaphore_acquire_session(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_semaphore(fcinfo, true));
+}
+
+/*
+ * redis_semaphore_release(key): end one hold of a semaphore, a session
+ * hold first, else the innermost transaction hold, and give its permits
+ * back.  Returns the permits given back, 0 when they had expired.  The
+ * last hold gives back every permit the backend may have left in Redis.
+ * Local state changes only once Redis has answered.
+ */
+Datum
+redis_semaphore_release(PG_FUNCTION_ARGS)
+{
+	HeldLock   *lock = lookup_kind_arg(fcinfo, LOCK_MODE_SEMAPHORE);
+	RedisCall	call;
+	int			permits;
+	bool		released;
+
+	if (lock == NULL || total_holds(lock) == 0)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("you do not hold Redis semaphore \"%s\"",
+						text_to_cstring(PG_GETARG_TEXT_PP(0)))));
+		PG_RETURN_INT32(0);
+	}
+	permits = permits_of_next_drop(lock);
+	if (total_holds(lock) > 1)
+		prepare_permit_release(&call, lock, lock->permits - permits, permits,
+							   permits, false);
+	else
+		prepare_release(&call, lock, true);
+	redis_run(&call, 1);
+	released = script_result(&call, user_key(lock)) == 1;
+	if (!released)
+		warn_lost(lock);
+	if (total_holds(lock) > 1)
+	{
+		drop_one_hold(lock);
+		publish_lock(lock);
+	}
+	else
+		remove_lock(lock);
+	PG_RETURN_INT32(released ? permits : 0);
 }

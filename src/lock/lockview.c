@@ -36,11 +36,23 @@ typedef struct LockRowHolder
 									 * watchdog's */
 } LockRowHolder;
 
-#define LOCK_ROW_COLUMNS 11
+#define LOCK_ROW_COLUMNS 13
 
+/* The mode column of redis_locks() */
+static const char *const mode_names[] = {
+	[LOCK_MODE_EXCLUSIVE] = "exclusive",
+	[LOCK_MODE_SEMAPHORE] = "semaphore",
+};
+
+/*
+ * One row: the holds and permits of one scope, held (granted) or awaited.
+ * An installation that was not updated yet declares fewer columns, and
+ * takes the first ones.
+ */
 static void
 put_lock_row(ReturnSetInfo *rsinfo, const LockRowHolder *holder,
-			 const RedisLockState *state, const char *scope, int holds)
+			 const RedisLockState *state, const char *scope, bool granted,
+			 int holds, int permits)
 {
 	Datum		values[LOCK_ROW_COLUMNS];
 	bool		nulls[LOCK_ROW_COLUMNS] = {false};
@@ -52,21 +64,26 @@ put_lock_row(ReturnSetInfo *rsinfo, const LockRowHolder *holder,
 	values[3] = Int64GetDatum(state->fence);
 	values[4] = TimestampTzGetDatum(state->acquired_at);
 	values[5] = TimestampTzGetDatum(holder->lease_expires_at);
-	/* an awaited lock has no fence or lease yet */
-	nulls[3] = nulls[4] = nulls[5] = !state->granted;
+	/* an awaited lock has no fence or lease yet, a semaphore no fence */
+	nulls[3] = !granted || state->mode != LOCK_MODE_EXCLUSIVE;
+	nulls[4] = nulls[5] = !granted;
 	values[6] = Int32GetDatum(holder->pid);
 	values[7] = NameGetDatum(holder->server);
-	values[8] = BoolGetDatum(state->granted);
+	values[8] = BoolGetDatum(granted);
 	values[9] = TimestampTzGetDatum(state->waiting_since);
-	nulls[9] = state->granted;
+	nulls[9] = granted;
 	values[10] = Int64GetDatum(holder->renewals);
+	values[11] = CStringGetTextDatum(mode_names[state->mode]);
+	values[12] = Int32GetDatum(permits);
+	nulls[12] = state->mode != LOCK_MODE_SEMAPHORE;
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /*
  * The rows of one lock, like its rows of pg_locks: one per scope that has
- * holds, or one for the scope awaited.  A lock with no holds left, whose
- * release is under way, has none.
+ * holds, and one for the scope awaited (a semaphore's holder may wait for
+ * more permits).  A lock with no holds left, whose release is under way,
+ * has none.
  */
 static void
 put_lock_rows(ReturnSetInfo *rsinfo, const LockRowHolder *holder,
@@ -74,11 +91,14 @@ put_lock_rows(ReturnSetInfo *rsinfo, const LockRowHolder *holder,
 {
 	if (!state->granted)
 		put_lock_row(rsinfo, holder, state,
-					 state->session ? "session" : "transaction", 0);
+					 state->session ? "session" : "transaction", false, 0,
+					 state->wait_permits);
 	if (state->session_holds > 0)
-		put_lock_row(rsinfo, holder, state, "session", state->session_holds);
+		put_lock_row(rsinfo, holder, state, "session", true,
+					 state->session_holds, state->session_permits);
 	if (state->xact_holds > 0)
-		put_lock_row(rsinfo, holder, state, "transaction", state->xact_holds);
+		put_lock_row(rsinfo, holder, state, "transaction", true,
+					 state->xact_holds, state->xact_permits);
 }
 
 /* The rows of this backend's locks, without the shared lock table */

@@ -106,16 +106,16 @@ holder_lives(const RedisLockEntry *entry)
 
 /*
  * Is the entry, of this database, a lock whose lease the watchdog renews
- * now: granted and held, renewal asked for and its limit not passed, not
- * found lost, and its holder alive?
+ * now: held (a semaphore's holder may wait for more permits meanwhile),
+ * renewal asked for and its limit not passed, not found lost, and its
+ * holder alive?
  */
 static bool
 renewable(RedisLockEntry *entry, TimestampTz now)
 {
 	const RedisLockState *state = &entry->state;
 
-	return state->granted &&
-		state->session_holds + state->xact_holds > 0 &&
+	return state->session_holds + state->xact_holds > 0 &&
 		state->renew_until != 0 && now < state->renew_until &&
 		entry->key_complete &&
 		pg_atomic_read_u32(&entry->lost) == 0 &&
@@ -175,7 +175,8 @@ renewed_hold(const Renewal *renewal)
 /*
  * Make the call that renews a lease, as redis_lock_extend() would: the
  * holder's key and fencing token key, its owner token and its ttl, and
- * the fencing token of the hold renewed
+ * the fencing token of the hold renewed; or a semaphore's permits that the
+ * holder holds
  */
 static void
 prepare_renewal(RedisCall *call, Renewal *renewal)
@@ -183,6 +184,16 @@ prepare_renewal(RedisCall *call, Renewal *renewal)
 	const RedisLockEntry *entry = renewal->entry;
 	int			slot = redis_key_slot(entry->key, entry->keylen);
 
+	if (entry->state.mode == LOCK_MODE_SEMAPHORE)
+	{
+		semaphore_extend_call(call, renewal->conn, entry->key, entry->keylen,
+							  slot, entry->token,
+							  entry->state.session_permits +
+							  entry->state.xact_permits,
+							  entry->state.ttl_ms);
+		call->origin = renewal;
+		return;
+	}
 	renewal->fence_key = redis_sibling_key(entry->key, entry->keylen,
 										   entry->prefixlen, slot,
 										   REDIS_SIBLING_FENCE,
