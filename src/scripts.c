@@ -78,8 +78,7 @@
  * whose keys are not all on the node is refused (TRYAGAIN), and a queue
  * that is mostly absent would hold up nearly every release and acquire;
  * undeclared, they are reached where they are, and where they are not the
- * pcall fails softly.  A semaphore, whose permits any waiter may take, has
- * no handoff key.
+ * pcall fails softly.
  */
 #define ANNOUNCE_RELEASE \
 	"local function announce(waiters, handoff)\n" \
@@ -93,9 +92,7 @@
 	"      heard = redis.pcall('PUBLISH', channel, 'released')\n" \
 	"    end\n" \
 	"    if type(heard) == 'number' and heard > 0 then\n" \
-	"      if handoff then\n" \
-	"        redis.pcall('SET', handoff, channel, 'PX', " CppAsString2(HANDOFF_MS) ")\n" \
-	"      end\n" \
+	"      redis.pcall('SET', handoff, channel, 'PX', " CppAsString2(HANDOFF_MS) ")\n" \
 	"      return\n" \
 	"    end\n" \
 	"  end\n" \
@@ -494,19 +491,25 @@ RedisScript stock_set_script = {
  * taken or renewed; the permits older than the lease are expired first.
  * A backend holds the members "<owner token>_0" up to "<owner
  * token>_<permits - 1>"; an attempt asks for the next ones, from the
- * number of permits held already.  Those of them already there (an
- * earlier attempt whose outcome was unknown) are ours, and count against
- * the limit only once.  A grant that leaves permits free wakes the next
- * waiter (ANNOUNCE_RELEASE), for it may fit too; a refusal queues a waiter
- * that listens (QUEUE_WAITER) and returns -1 - (2 * ms + 1): when the
- * oldest permit expires unrenewed, which bounds how long a waiter that
- * polls sleeps, and a holder that may not announce its release.
+ * number of permits held already, and scores those held anew with them,
+ * so that all share one lease.  The asked ones already there (an earlier
+ * attempt whose outcome was unknown) are ours, and count against the
+ * limit only once.  As for a lock, permits that a release has handed to
+ * a woken waiter are refused to everyone else until it comes (our
+ * waiters are served in the order they came; redis-semaphore's clients
+ * do not look); a grant that leaves permits free wakes the next waiter,
+ * for it may fit too.  A refusal queues a waiter that listens
+ * (QUEUE_WAITER) and returns -1 - (2 * ms + 1): when the oldest permit
+ * expires unrenewed, or the handoff ends, which bounds how long a waiter
+ * that polls sleeps, and a holder that may not announce its release.
  * KEYS: semaphore.  ARGV: limit, permits asked, owner token, permits held,
- * ttl in ms, waiters[, wake channel[, "front"]].  Returns 1 when taken.
+ * ttl in ms, waiters, handoff[, wake channel[, "front"]].  Returns 1 when
+ * taken.
  */
 RedisScript semaphore_acquire_script = {
 	"semaphore_acquire",
 	ANNOUNCE_RELEASE
+	WOKEN_WAITER
 	QUEUE_WAITER
 	PERMIT_MEMBERS
 	PERMIT_CLOCK
@@ -515,20 +518,34 @@ RedisScript semaphore_acquire_script = {
 	"local now = expire_permits(KEYS[1], ttl)\n"
 	"local missing = missing_permits(KEYS[1], ARGV[3], first, asked)\n"
 	"local held = redis.call('ZCARD', KEYS[1])\n"
-	"if held + missing > limit then\n"
-	"  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n"
-	"  local wait = oldest[2] and math.max(tonumber(oldest[2]) + ttl - now, 0) or ttl\n"
-	"  if ARGV[7] then\n"
-	"    queue_waiter(ARGV[6], ARGV[7], ARGV[8], wait, ttl)\n"
+	"local woken = missing > 0 and woken_waiter(ARGV[7])\n"
+	"local full = held + missing > limit\n"
+	"if full or (woken and woken ~= ARGV[8]) then\n"
+	"  local wait = ttl\n"
+	"  if full then\n"
+	"    local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')\n"
+	"    if oldest[2] then\n"
+	"      wait = math.max(tonumber(oldest[2]) + ttl - now, 0)\n"
+	"    end\n"
+	"  else\n"
+	"    local left = redis.pcall('PTTL', ARGV[7])\n"
+	"    wait = type(left) == 'number' and left >= 0 and left or 0\n"
+	"  end\n"
+	"  if ARGV[8] then\n"
+	"    queue_waiter(ARGV[6], ARGV[8], ARGV[9], wait, ttl)\n"
 	"  end\n"
 	"  return -1 - (2 * wait + 1)\n"
 	"end\n"
+	"stamp_permits(KEYS[1], ARGV[3], 0, first, now, ttl, 'XX')\n"
 	"stamp_permits(KEYS[1], ARGV[3], first, asked, now, ttl)\n"
-	"if ARGV[7] then\n"
-	"  redis.pcall('LREM', ARGV[6], 0, ARGV[7])\n"
+	"if ARGV[8] then\n"
+	"  redis.pcall('LREM', ARGV[6], 0, ARGV[8])\n"
+	"end\n"
+	"if woken then\n"
+	"  redis.pcall('DEL', ARGV[7])\n"
 	"end\n"
 	"if held + missing < limit then\n"
-	"  announce(ARGV[6])\n"
+	"  announce(ARGV[6], ARGV[7])\n"
 	"end\n"
 	"return 1\n"
 };
@@ -539,22 +556,32 @@ RedisScript semaphore_acquire_script = {
  * listens when any was there.  Returns 1 when at least expected of them
  * were there, else 0 (they expired unrenewed).  A backend that waits no
  * more names its wake channel and leaves the queue: when a release had
- * popped it already, and permits are free, it wakes the next waiter in its
- * stead, as release_script does.
+ * popped it already, and permits are free for the next waiter, that one is
+ * woken in its stead, as release_script does.
  * KEYS: semaphore.  ARGV: owner token, first, count, expected, limit,
- * waiters[, wake channel of the releasing backend].
+ * waiters, handoff[, wake channel of the releasing backend].
  */
 RedisScript semaphore_release_script = {
 	"semaphore_release",
 	ANNOUNCE_RELEASE
+	WOKEN_WAITER
 	PERMIT_MEMBERS
-	"local popped = ARGV[7] and redis.pcall('LREM', ARGV[6], 0, ARGV[7]) == 0\n"
+	"local leaving = ARGV[8]\n"
+	"local popped = leaving and redis.pcall('LREM', ARGV[6], 0, leaving) == 0\n"
 	"local removed = 0\n"
 	"permit_members(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), function(members)\n"
 	"  removed = removed + redis.call('ZREM', KEYS[1], unpack(members))\n"
 	"end)\n"
-	"if removed > 0 or (popped and redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[5])) then\n"
-	"  announce(ARGV[6])\n"
+	"if removed > 0 then\n"
+	"  announce(ARGV[6], ARGV[7])\n"
+	"elseif popped and redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[5]) then\n"
+	"  local woken = woken_waiter(ARGV[7])\n"
+	"  if woken == leaving then\n"
+	"    redis.pcall('DEL', ARGV[7])\n"
+	"  end\n"
+	"  if not woken or woken == leaving then\n"
+	"    announce(ARGV[6], ARGV[7])\n"
+	"  end\n"
 	"end\n"
 	"return removed >= tonumber(ARGV[4]) and 1 or 0\n"
 };

@@ -204,7 +204,7 @@ prepare_acquire_call(RedisCall *call, HeldLock *lock, int ttl_ms)
 		add_token_arg(call);
 		redis_call_int_arg(call, lock->permits);
 		redis_call_int_arg(call, ttl_ms);
-		redis_call_arg(call, lock->waiters_key, lock->waiters_keylen);
+		add_queue_args(call, lock);
 		lock->permits_reserved = Max(lock->permits_reserved,
 									 lock->permits + lock->wait_permits);
 		return;

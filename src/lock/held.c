@@ -616,7 +616,7 @@ prepare_permit_release(RedisCall *call, HeldLock *lock, int first, int count,
 	redis_call_int_arg(call, count);
 	redis_call_int_arg(call, expected);
 	redis_call_int_arg(call, lock->limit);
-	redis_call_arg(call, lock->waiters_key, lock->waiters_keylen);
+	add_queue_args(call, lock);
 	if (waits_no_more && lock->wake_channel != NULL)
 		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
 	call->origin = lock;
