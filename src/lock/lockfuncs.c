@@ -606,6 +606,7 @@ acquire_semaphore(FunctionCallInfo fcinfo, bool session)
 						 session);
 	lock->limit = lim;
 	lock->wait_permits = permits;
+	publish_lock(lock);
 	if (!acquire_in_redis(lock, ttl_ms, wait_ms))
 	{
 		if (total_holds(lock) == 0)
