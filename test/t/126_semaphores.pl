@@ -11,9 +11,10 @@
 # - Single Redis, with the preload: a waiter shows in redis_locks() with the
 #   permits it asks for and redis_blocking_pids() names the holder; the
 #   lease watchdog renews a session's permits of a 1 s lease for 3 s; the
-#   stats count acquires, waits and timeouts; a backend that exits gives
-#   its permits back, and a backend killed (a crash restart) leaves them to
-#   expire after their lease, when another session takes them.
+#   stats count acquires, waits and timeouts; permits whose lease ran out
+#   unrenewed fail their transaction's commit (40001); a backend that exits
+#   gives its permits back, and a backend killed (a crash restart) leaves
+#   them to expire after their lease, when another session takes them.
 # - Cluster: permits on the master that serves the key, given back at
 #   commit; a full semaphore waited for until a foreign permit goes.
 # - Redlock: permits on every master; a foreign holder filling 2 of 3
@@ -209,6 +210,15 @@ ok(@members == 4 && ($members[0] =~ ours($pid)) && $redis_now * 1000 - $members[
 works($mon, "SELECT renewals > 0 FROM redis_locks() WHERE pid = $pid AND key = 'renewed'", 't',
 	'by the lease watchdog');
 works($s, "SELECT redis_semaphore_release('renewed')", '2', 'and the release gives back both');
+
+session_query($s, 'SET redislock.lease_renewal = off');
+works($s, "BEGIN; SELECT redis_semaphore_acquire('lost', 2, 1, 500)", 't',
+	'a transaction takes a permit with a 0.5 s lease, not renewed');
+sleep_for(0.8);
+($out, $err) = session_query($s, 'COMMIT');
+like($err, qr/ERROR:\s+40001: permits of Redis semaphore "lost" on server "redislock" were lost before commit/,
+	'the lease ran out: its commit fails with 40001');
+is($redis->command('EXISTS', 'lost'), '0', 'and nothing is left of it');
 
 works($s2, "SELECT redis_semaphore_acquire_session('exit', 2, 2)", 't',
 	'a session holds both permits of "exit"');
