@@ -442,19 +442,32 @@ RedisScript stock_set_script = {
 	"end\n"
 
 /*
+ * Make a semaphore live ttl ms at least, as long as the longest lease of
+ * its permits: one that had no live permit before (fresh) gets ttl,
+ * without a look at its expiry.
+ */
+#define KEEP_KEY \
+	"local function keep_key(key, ttl, fresh)\n" \
+	"  if fresh or redis.call('PTTL', key) < ttl then\n" \
+	"    redis.call('PEXPIRE', key, ttl)\n" \
+	"  end\n" \
+	"end\n"
+
+/*
  * Redis' clock in ms, the score of a permit taken or renewed now, and the
  * expiry of the permits older than a lease of ttl ms, which their holders
  * did not renew: redis-semaphore's reckoning, on Redis' clock instead of
  * the client's.
  */
 #define PERMIT_CLOCK \
+	KEEP_KEY \
 	"local function expire_permits(key, ttl)\n" \
 	"  local t = redis.call('TIME')\n" \
 	"  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
 	"  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - ttl))\n" \
 	"  return now\n" \
 	"end\n" \
-	"local function stamp_permits(key, token, first, count, now, ttl, flag)\n" \
+	"local function stamp_permits(key, token, first, count, now, flag)\n" \
 	"  local score = string.format('%d', now)\n" \
 	"  permit_members(token, first, count, function(members)\n" \
 	"    local args = {}\n" \
@@ -468,9 +481,6 @@ RedisScript stock_set_script = {
 	"      redis.call('ZADD', key, unpack(args))\n" \
 	"    end\n" \
 	"  end)\n" \
-	"  if redis.call('PTTL', key) < ttl then\n" \
-	"    redis.call('PEXPIRE', key, ttl)\n" \
-	"  end\n" \
 	"end\n" \
 	"local function missing_permits(key, token, first, count)\n" \
 	"  local missing = 0\n" \
@@ -536,8 +546,11 @@ RedisScript semaphore_acquire_script = {
 	"  end\n"
 	"  return -1 - (2 * wait + 1)\n"
 	"end\n"
-	"stamp_permits(KEYS[1], ARGV[3], 0, first, now, ttl, 'XX')\n"
-	"stamp_permits(KEYS[1], ARGV[3], first, asked, now, ttl)\n"
+	"if first > 0 then\n"
+	"  stamp_permits(KEYS[1], ARGV[3], 0, first, now, 'XX')\n"
+	"end\n"
+	"stamp_permits(KEYS[1], ARGV[3], first, asked, now)\n"
+	"keep_key(KEYS[1], ttl, held == 0)\n"
 	"if ARGV[8] then\n"
 	"  redis.pcall('LREM', ARGV[6], 0, ARGV[8])\n"
 	"end\n"
@@ -602,7 +615,8 @@ RedisScript semaphore_extend_script = {
 	"if missing_permits(KEYS[1], ARGV[1], 0, held) > 0 then\n"
 	"  return 0\n"
 	"end\n"
-	"stamp_permits(KEYS[1], ARGV[1], 0, held, now, ttl, 'XX')\n"
+	"stamp_permits(KEYS[1], ARGV[1], 0, held, now, 'XX')\n"
+	"keep_key(KEYS[1], ttl, false)\n"
 	"return 1\n"
 };
 
