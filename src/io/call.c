@@ -31,13 +31,41 @@ redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
 	call->slot = -1;
 }
 
-/* Add an argument; the caller keeps arg alive until the call has run */
+/*
+ * Add an argument; the caller keeps arg alive until the call has run.
+ * Those after the first REDIS_CALL_MAX_ARGS, which only a script call on
+ * many keys has, go into arrays that grow in the current memory context.
+ */
 void
 redis_call_arg(RedisCall *call, const char *arg, size_t len)
 {
-	Assert(call->argc < REDIS_CALL_MAX_ARGS);
-	call->argv[call->argc] = arg;
-	call->argvlen[call->argc++] = len;
+	int			more = call->argc - REDIS_CALL_MAX_ARGS;
+
+	if (more < 0)
+	{
+		call->argv[call->argc] = arg;
+		call->argvlen[call->argc++] = len;
+		return;
+	}
+	if (more == call->maxargs_more)
+	{
+		call->maxargs_more = Max(call->maxargs_more * 2, 16);
+		if (call->argv_more == NULL)
+		{
+			call->argv_more = palloc(sizeof(char *) * call->maxargs_more);
+			call->argvlen_more = palloc(sizeof(size_t) * call->maxargs_more);
+		}
+		else
+		{
+			call->argv_more = repalloc(call->argv_more,
+									   sizeof(char *) * call->maxargs_more);
+			call->argvlen_more = repalloc(call->argvlen_more,
+										  sizeof(size_t) * call->maxargs_more);
+		}
+	}
+	call->argv_more[more] = arg;
+	call->argvlen_more[more] = len;
+	call->argc++;
 }
 
 /*
@@ -48,10 +76,8 @@ redis_call_arg(RedisCall *call, const char *arg, size_t len)
 void
 redis_call_int_arg(RedisCall *call, int64 value)
 {
-	Assert(call->argc < REDIS_CALL_MAX_ARGS);
 	call->intarg = value;
-	call->argv[call->argc] = NULL;
-	call->argvlen[call->argc++] = 0;
+	redis_call_arg(call, NULL, 0);
 }
 
 /* Run the call on node, whatever key it names (it may name none) */
@@ -60,6 +86,52 @@ redis_call_on_node(RedisCall *call, RedisNode *node)
 {
 	call->node = node;
 	call->node_given = true;
+}
+
+/*
+ * Make call a call on several keys whose answers are those of nparts parts
+ * (see RedisCall); returns the parts, zeroed but for their server and
+ * script, for the caller to name what each is for (origin).
+ */
+RedisCall *
+redis_call_add_parts(RedisCall *call, int nparts)
+{
+	int			i;
+
+	call->parts = palloc0(sizeof(RedisCall) * nparts);
+	call->nparts = nparts;
+	for (i = 0; i < nparts; i++)
+	{
+		call->parts[i].conn = call->conn;
+		call->parts[i].script = call->script;
+		call->parts[i].slot = call->slot;
+	}
+	return call->parts;
+}
+
+/*
+ * After a run, give the parts of a call on several keys what they need
+ * for their messages (the node), and, when the call's reply was not the
+ * array of their answers (an error reply, or none), that reply as each
+ * part's own.
+ */
+void
+redis_call_spread_reply(RedisCall *call)
+{
+	int			i;
+
+	for (i = 0; i < call->nparts; i++)
+	{
+		RedisCall  *part = &call->parts[i];
+
+		part->node = call->node;
+		if (call->reply_type == REDIS_REPLY_ARRAY)
+			continue;
+		part->reply_type = call->reply_type;
+		part->integer = call->integer;
+		part->str = call->str;
+		part->len = call->len;
+	}
 }
 
 /* The HDEL of field (fieldlen bytes) from the hash key on conn's server */
@@ -347,16 +419,13 @@ redis_note_hello(RedisNode *node, const redisReply *reply)
 	}
 }
 
-/* Keep what the caller needs of a reply, then let hiredis free it */
-void
-redis_call_take_reply(RedisCall *call, redisReply *reply)
+/*
+ * Keep the type of a reply, and its integer or string: of a call's own
+ * reply, or of one answer of an array reply as a part's
+ */
+static void
+take_scalar_reply(RedisCall *call, const redisReply *reply)
 {
-	if (call->parse_reply != NULL && reply->type != REDIS_REPLY_ERROR)
-	{
-		call->parse_reply(call, reply);
-		freeReplyObject(reply);
-		return;
-	}
 	call->reply_type = reply->type;
 	call->integer = reply->integer;
 	call->str = NULL;
@@ -369,7 +438,32 @@ redis_call_take_reply(RedisCall *call, redisReply *reply)
 		call->str = pnstrdup(reply->str, reply->len);
 		call->len = reply->len;
 	}
-	else if (reply->type == REDIS_REPLY_ARRAY)
+}
+
+/* Keep what the caller needs of a reply, then let hiredis free it */
+void
+redis_call_take_reply(RedisCall *call, redisReply *reply)
+{
+	if (call->parse_reply != NULL && reply->type != REDIS_REPLY_ERROR)
+	{
+		call->parse_reply(call, reply);
+		freeReplyObject(reply);
+		return;
+	}
+	if (call->nparts > 0 && reply->type == REDIS_REPLY_ARRAY &&
+		reply->elements == (size_t) call->nparts)
+	{
+		size_t		i;
+
+		for (i = 0; i < reply->elements; i++)
+			take_scalar_reply(&call->parts[i], reply->element[i]);
+		call->reply_type = REDIS_REPLY_ARRAY;
+		call->nelements = 0;
+		freeReplyObject(reply);
+		return;
+	}
+	take_scalar_reply(call, reply);
+	if (reply->type == REDIS_REPLY_ARRAY)
 	{
 		call->elements = palloc(sizeof(char *) *
 								Max(count_array_strings(reply), 1));
