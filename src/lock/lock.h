@@ -246,6 +246,14 @@ extern void note_lease_lost(HeldLock *lock);
 extern const char *user_key(const HeldLock *lock);
 extern void add_hold(HeldLock *lock, bool session);
 extern void drop_one_hold(HeldLock *lock);
+/*
+ * The most locks that one script call names (held.c), so that a script
+ * does not keep Redis from its other clients for long
+ */
+#define LOCKS_PER_SCRIPT	64
+
+extern void order_by_script_group(HeldLock **locks, int *order, int n);
+extern int	script_group_size(HeldLock **locks, const int *order, int n);
 extern void lock_call_init(RedisCall *call, HeldLock *lock,
 						   const RedisScript *script);
 extern void add_lock_keys(RedisCall *call, const HeldLock *lock);
@@ -255,6 +263,8 @@ extern void add_queue_args(RedisCall *call, const HeldLock *lock);
 extern void add_token_arg(RedisCall *call);
 extern void prepare_release(RedisCall *call, HeldLock *lock,
 							bool waits_no_more);
+extern void queue_releases(RedisBatch *batch, HeldLock **locks, int nlocks,
+						   bool waits_no_more);
 extern long long script_result(const RedisCall *call, const char *key);
 extern void warn_lost(HeldLock *lock);
 

@@ -192,6 +192,23 @@ redis_conn_learns_nodes(const RedisConn *conn)
 	return conn->topology->must_ask != NULL;
 }
 
+/*
+ * Which keys one script call may name together, as a group number for a
+ * key of hash slot slot: the keys of one slot on a server that routes by
+ * slot (a script's keys must share one), every key on a server whose keys
+ * all live on one node, and none on a server of independent masters (-1:
+ * the key goes alone), where each key is decided by a quorum of its own.
+ */
+int
+redis_conn_script_group(const RedisConn *conn, int slot)
+{
+	if (redis_conn_decides_by_quorum(conn))
+		return -1;
+	if (conn->topology->node_for_key == NULL)
+		return 0;
+	return slot;
+}
+
 /* The clock drift that a lease of ttl_ms on this server must outlast */
 int
 redis_conn_drift_ms(const RedisConn *conn, int ttl_ms)
