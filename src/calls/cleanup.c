@@ -142,6 +142,7 @@ redis_send_hello(RedisNode *node)
 	redis_call_arg(&hello, "2", 1);
 	node_append_unwaited(node, &hello);
 	node->hello_seq = node->sent - 1;
+	node->standalone = false;	/* until the reply says so again */
 }
 
 /*

@@ -388,9 +388,9 @@ copy_array_strings(RedisCall *call, const redisReply *reply)
 
 /*
  * Keep what a HELLO reply says the node is, a server's name and version,
- * in TopMemoryContext: its pairs of names and values come as an array.  An
- * error (a server older than Redis 6, or a user not allowed HELLO) leaves
- * them unknown.
+ * in TopMemoryContext, and whether it runs without cluster mode: its pairs
+ * of names and values come as an array.  An error (a server older than
+ * Redis 6, or a user not allowed HELLO) leaves them unknown.
  */
 void
 redis_note_hello(RedisNode *node, const redisReply *reply)
@@ -407,6 +407,11 @@ redis_note_hello(RedisNode *node, const redisReply *reply)
 
 		if (name->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
 			continue;
+		if (strcmp(name->str, "mode") == 0)
+		{
+			node->standalone = strcmp(value->str, "standalone") == 0;
+			continue;
+		}
 		if (strcmp(name->str, "server") == 0)
 			field = &node->server_name;
 		else if (strcmp(name->str, "version") == 0)

@@ -90,6 +90,9 @@ typedef struct RedisNode
 	char	   *server_name;	/* what HELLO said it is, "redis" or
 								 * "valkey", NULL if it said nothing */
 	char	   *server_version; /* and its version */
+	bool		standalone;		/* and that it runs without cluster mode, so
+								 * that one script may name keys of any
+								 * slot (false until it says so) */
 } RedisNode;
 
 /*

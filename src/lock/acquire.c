@@ -646,12 +646,12 @@ attempt_all(HeldLock **locks, bool *taken, int nlocks, int ttl_ms,
 	for (i = 0; i < nlocks; i++)
 		if (!taken[i])
 			order[norder++] = i;
-	order_by_script_group(locks, order, norder);
+	order_by_script_group(locks, order, norder, false);
 	for (i = 0; i < norder; i += n)
 	{
 		RedisCall  *call = &calls[ncalls];
 
-		n = script_group_size(locks, order + i, norder - i);
+		n = script_group_size(locks, order + i, norder - i, false);
 		if (n == 1)
 			ncalls += prepare_attempt(call, locks[order[i]], ttl_ms,
 									  false, false);
@@ -744,8 +744,9 @@ wait_ms_left(int wait_ms, TimestampTz start)
  * Take every lock of locks[] in Redis, or none, waiting as wait_ms says:
  * true when all are taken.  Each attempt asks for every lock not taken
  * yet in one round trip, over every node they live on, in one script call
- * for the locks that one script may name together (all of them on one
- * Redis, those of one slot on a Cluster), which takes them all or none,
+ * for the locks that one script may name together (all of them on a
+ * Redis without cluster mode, those of one slot on a Cluster), which
+ * takes them all or none,
  * and a call per lock where each goes alone (a Redlock server's, every
  * master deciding each lock by its quorum).  When one is refused, those
  * taken by other calls are released again before anything waits, so that

@@ -327,22 +327,30 @@ drop_one_hold(HeldLock *lock)
 
 /*
  * The group of locks that one script call may name with lock: its server,
- * and its group there (redis_conn_script_group()), -1 when it goes alone
+ * and its group there (redis_conn_script_group()), -1 when it goes alone.
+ * A release must run even while a Cluster migrates the slot.
  */
 static int
-script_group(const HeldLock *lock)
+script_group(const HeldLock *lock, bool release)
 {
-	return redis_conn_script_group(lock->conn, lock->slot);
+	return redis_conn_script_group(lock->conn, lock->slot, release);
 }
+
+/* What the ordering of locks by group compares them by */
+typedef struct GroupOrder
+{
+	HeldLock  **locks;
+	bool		release;
+} GroupOrder;
 
 static int
 script_group_cmp(const void *a, const void *b, void *arg)
 {
-	HeldLock  **locks = (HeldLock **) arg;
-	const HeldLock *la = locks[*(const int *) a];
-	const HeldLock *lb = locks[*(const int *) b];
-	int			ga = script_group(la);
-	int			gb = script_group(lb);
+	const GroupOrder *by = (const GroupOrder *) arg;
+	const HeldLock *la = by->locks[*(const int *) a];
+	const HeldLock *lb = by->locks[*(const int *) b];
+	int			ga = script_group(la, by->release);
+	int			gb = script_group(lb, by->release);
 
 	if (la->conn != lb->conn)
 		return (uintptr_t) la->conn < (uintptr_t) lb->conn ? -1 : 1;
@@ -353,15 +361,18 @@ script_group_cmp(const void *a, const void *b, void *arg)
 
 /*
  * Order the n locks that order[] names (indexes into locks[]) so that
- * those that one script call may name together follow each other, each
- * group in the order it had.  A set of locks costs Redis a script call per
- * group rather than per lock.
+ * those that one script call may name together, to take them or to
+ * release them (release), follow each other, each group in the order it
+ * had.  A set of locks costs Redis a script call per group rather than
+ * per lock.
  */
 void
-order_by_script_group(HeldLock **locks, int *order, int n)
+order_by_script_group(HeldLock **locks, int *order, int n, bool release)
 {
+	GroupOrder	by = {locks, release};
+
 	if (n > 1)
-		qsort_arg(order, n, sizeof(int), script_group_cmp, locks);
+		qsort_arg(order, n, sizeof(int), script_group_cmp, &by);
 }
 
 /*
@@ -370,17 +381,17 @@ order_by_script_group(HeldLock **locks, int *order, int n)
  * its group, LOCKS_PER_SCRIPT at most; 1 for a lock that goes alone.
  */
 int
-script_group_size(HeldLock **locks, const int *order, int n)
+script_group_size(HeldLock **locks, const int *order, int n, bool release)
 {
 	const HeldLock *first = locks[order[0]];
-	int			group = script_group(first);
+	int			group = script_group(first, release);
 	int			size = 1;
 
 	if (group < 0)
 		return 1;
 	while (size < n && size < LOCKS_PER_SCRIPT &&
 		   locks[order[size]]->conn == first->conn &&
-		   script_group(locks[order[size]]) == group)
+		   script_group(locks[order[size]], release) == group)
 		size++;
 	return size;
 }
@@ -587,12 +598,12 @@ queue_releases(RedisBatch *batch, HeldLock **locks, int nlocks,
 
 	for (i = 0; i < nlocks; i++)
 		order[i] = i;
-	order_by_script_group(locks, order, nlocks);
+	order_by_script_group(locks, order, nlocks, true);
 	for (i = 0; i < nlocks; i += n)
 	{
 		RedisCall  *call = redis_batch_add(batch);
 
-		n = script_group_size(locks, order + i, nlocks - i);
+		n = script_group_size(locks, order + i, nlocks - i, true);
 		if (n == 1)
 			prepare_release(call, locks[order[i]], waits_no_more);
 		else

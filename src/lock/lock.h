@@ -252,8 +252,10 @@ extern void drop_one_hold(HeldLock *lock);
  */
 #define LOCKS_PER_SCRIPT	64
 
-extern void order_by_script_group(HeldLock **locks, int *order, int n);
-extern int	script_group_size(HeldLock **locks, const int *order, int n);
+extern void order_by_script_group(HeldLock **locks, int *order, int n,
+								  bool release);
+extern int	script_group_size(HeldLock **locks, const int *order, int n,
+							  bool release);
 extern void lock_call_init(RedisCall *call, HeldLock *lock,
 						   const RedisScript *script);
 extern void add_lock_keys(RedisCall *call, const HeldLock *lock);

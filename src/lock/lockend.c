@@ -10,9 +10,9 @@
  * end, when a subtransaction rolls back the holds taken inside it, and at
  * backend exit the session holds too.  The locks left without holds go
  * into the batch of releases that xact.c runs, in one script call for the
- * locks of a server that one script may name together (all of them on
- * one Redis, those of a slot on a Cluster, each lock alone on Redlock),
- * and are forgotten once it has run.  But for backend exit, only the locks the transaction touched
+ * locks of a server that one script may name together (all of them on a
+ * Redis without cluster mode, each lock alone elsewhere), and are
+ * forgotten once it has run.  But for backend exit, only the locks the transaction touched
  * are visited, so that the session locks a backend holds cost its
  * transactions nothing here.
  *
