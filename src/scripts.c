@@ -110,7 +110,7 @@
 	"  if redis.pcall('LPOS', waiters, channel) then\n" \
 	"    return\n" \
 	"  end\n" \
-	"  redis.pcall(front == 'front' and 'LPUSH' or 'RPUSH', waiters, channel)\n" \
+	"  redis.pcall(front and 'LPUSH' or 'RPUSH', waiters, channel)\n" \
 	"  local keep = math.min(pttl, 2147483647 - ttl) + ttl\n" \
 	"  local left = redis.pcall('PTTL', waiters)\n" \
 	"  if type(left) == 'number' and left < keep then\n" \
@@ -126,113 +126,245 @@
 	"end\n"
 
 /*
- * Take the lock when it is free (as SET NX PX would: nothing can come
- * between the check and the SET of a script), or renew it when it already
- * carries our token, which happens when an earlier command's outcome was
- * unknown; and draw its fencing token in the same step.  The token is
- * Redis' clock in microseconds, or one more than the last token when that
- * is not smaller, and it is kept beside the lock only as long as the
+ * The steps of taking one lock, which the acquire of one lock and the
+ * acquire of a set share, once the script has read the lock's value
+ * (holder), its last fencing token (last), and, when the lock is free and
+ * the caller named the handoff key, the waiter woken (woken).  A lock may
+ * be taken when it is free (as SET NX PX would: nothing can come between
+ * the check and the SET of a script), or renewed when it already carries
+ * our token, which happens when an earlier command's outcome was unknown;
+ * and its fencing token is drawn in the same step.
+ *
+ * may_take(): a free lock that a release has handed to a woken waiter
+ * (ANNOUNCE_RELEASE) is refused to everyone but that waiter (channel)
+ * until it comes or the handoff ends.
+ *
+ * refusal() answers a refusal with -1 - (2 * PTTL + foreign): the holder's
+ * remaining lease, or the handoff's, which bounds how long a waiter that
+ * polls sleeps (2^31 - 1 when the lock has no lease), and whether the
+ * holder's value is not an owner token of ours (foreign = 1), whose
+ * release nobody announces.  A waiter that listens on a wake channel names
+ * it, and is queued (QUEUE_WAITER).
+ *
+ * The token is Redis' clock in microseconds (clock(), read once per
+ * script), or one more than the last token when that is not smaller
+ * (next_token()), and it is kept beside the lock only as long as the
  * lease; successive holders get increasing tokens as long as Redis' clock
  * does not go back by more than a lease.  Tokens are compared and
  * incremented as digit strings, never through Lua's doubles, so they stay
- * exact, and the last one is checked to leave room for its successor
- * below 2^63.  Everything that can fail is checked before anything is
- * written, and the lock is written last, by the command that has just
- * written the token: an error reply leaves no lock behind, at most a token
- * drawn for nobody, which is harmless since tokens only have to grow.
- * Returns the token (a string) when taken.
- *
- * A free lock that a release has handed to a woken waiter (ANNOUNCE_RELEASE)
- * is refused to everyone but that waiter until it comes or the handoff
- * ends.  A waiter that listens on a wake channel names it: when refused it
- * is queued (QUEUE_WAITER); when granted it leaves the queue, so that no
- * release wakes a waiter that waits no more.  A
- * refusal returns -1 - (2 * PTTL + foreign): the holder's remaining lease,
- * or the handoff's, which bounds how long a waiter that polls sleeps
- * (2^31 - 1 when the lock has no lease), and whether the holder's value is
- * not an owner token of ours (foreign = 1), whose release nobody announces.
+ * exact, and bad_token() answers an error reply unless the last one leaves
+ * room for its successor below 2^63.  Each script checks everything that
+ * can fail before it writes anything, and grant() writes the lock last, by
+ * the command that has just written the token: an error reply leaves no
+ * lock behind, at most a token drawn for nobody, which is harmless since
+ * tokens only have to grow.  A waiter that is granted the lock leaves the
+ * queue, so that no release wakes a waiter that waits no more, and ends
+ * the handoff to it.
+ */
+#define TAKE_LOCK \
+	QUEUE_WAITER \
+	"local function may_take(holder, woken, owner, channel)\n" \
+	"  return not ((holder and holder ~= owner) or (woken and woken ~= channel))\n" \
+	"end\n" \
+	"local function refusal(lock, holder, ttl, waiters, handoff, channel, front)\n" \
+	"  local pttl = holder and redis.call('PTTL', lock) or redis.pcall('PTTL', handoff)\n" \
+	"  if type(pttl) ~= 'number' or pttl < 0 then\n" \
+	"    pttl = 2147483647\n" \
+	"  end\n" \
+	"  if channel then\n" \
+	"    queue_waiter(waiters, channel, front, pttl, ttl)\n" \
+	"  end\n" \
+	"  local foreign = holder and string.sub(holder, 1, 3) ~= 'pg:' and 1 or 0\n" \
+	"  return -1 - (2 * pttl + foreign)\n" \
+	"end\n" \
+	"local function bad_token(last)\n" \
+	"  if last and not (string.match(last, '^[1-9]%d*$') and\n" \
+	"                   (#last < 19 or (#last == 19 and last < '9223372036854775807'))) then\n" \
+	"    return redis.error_reply('NOTINT fencing token key does not hold a positive integer below 2^63-1')\n" \
+	"  end\n" \
+	"end\n" \
+	"local function clock()\n" \
+	"  local now = redis.call('TIME')\n" \
+	"  return now[1] .. string.sub('00000' .. now[2], -6)\n" \
+	"end\n" \
+	"local function next_token(last, now)\n" \
+	"  if not last or #last < #now or (#last == #now and last < now) then\n" \
+	"    return now\n" \
+	"  end\n" \
+	"  local stem, nines = string.match('0' .. last, '^(.-)(9*)$')\n" \
+	"  local digit = string.byte(stem, -1) - string.byte('0') + 1\n" \
+	"  local token = string.sub(stem, 1, -2) .. digit .. string.rep('0', #nines)\n" \
+	"  return (string.match(token, '^0?(.*)$'))\n" \
+	"end\n" \
+	"local function grant(lock, fence, owner, ttl, token, waiters, handoff, channel, woken)\n" \
+	"  if channel then\n" \
+	"    redis.pcall('LREM', waiters, 0, channel)\n" \
+	"  end\n" \
+	"  if woken then\n" \
+	"    redis.pcall('DEL', handoff)\n" \
+	"  end\n" \
+	"  redis.call('SET', fence, token, 'PX', ttl)\n" \
+	"  redis.call('SET', lock, owner, 'PX', ttl)\n" \
+	"end\n"
+
+/*
+ * Take one lock (TAKE_LOCK), or say why not.  The handoff key is read only
+ * when the lock is free, and the last token only when the lock may be
+ * taken.  Returns the fencing token (a string) when taken, else the
+ * refusal's number.
  * KEYS: lock, fencing token.  ARGV: owner token, ttl in ms[, waiters,
  * handoff[, wake channel[, "front"]]].
  */
 RedisScript acquire_script = {
 	"acquire",
 	WOKEN_WAITER
-	QUEUE_WAITER
+	TAKE_LOCK
 	"local holder = redis.call('GET', KEYS[1])\n"
 	"local woken = not holder and ARGV[4] and woken_waiter(ARGV[4])\n"
-	"if (holder and holder ~= ARGV[1]) or (woken and woken ~= ARGV[5]) then\n"
-	"  local pttl = holder and redis.call('PTTL', KEYS[1]) or redis.pcall('PTTL', ARGV[4])\n"
-	"  if type(pttl) ~= 'number' or pttl < 0 then\n"
-	"    pttl = 2147483647\n"
-	"  end\n"
-	"  if ARGV[5] then\n"
-	"    queue_waiter(ARGV[3], ARGV[5], ARGV[6], pttl, tonumber(ARGV[2]))\n"
-	"  end\n"
-	"  local foreign = holder and string.sub(holder, 1, 3) ~= 'pg:' and 1 or 0\n"
-	"  return -1 - (2 * pttl + foreign)\n"
+	"if not may_take(holder, woken, ARGV[1], ARGV[5]) then\n"
+	"  return refusal(KEYS[1], holder, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == 'front')\n"
 	"end\n"
 	"local last = redis.call('GET', KEYS[2])\n"
-	"if last and not (string.match(last, '^[1-9]%d*$') and\n"
-	"                 (#last < 19 or (#last == 19 and last < '9223372036854775807'))) then\n"
-	"  return redis.error_reply('NOTINT fencing token key does not hold a positive integer below 2^63-1')\n"
+	"local err = bad_token(last)\n"
+	"if err then\n"
+	"  return err\n"
 	"end\n"
-	"local now = redis.call('TIME')\n"
-	"local token = now[1] .. string.format('%06d', tonumber(now[2]))\n"
-	"if last and (#last > #token or (#last == #token and last >= token)) then\n"
-	"  local stem, nines = string.match('0' .. last, '^(.-)(9*)$')\n"
-	"  local digit = string.byte(stem, -1) - string.byte('0') + 1\n"
-	"  token = string.sub(stem, 1, -2) .. digit .. string.rep('0', #nines)\n"
-	"  token = string.match(token, '^0?(.*)$')\n"
-	"end\n"
-	"if ARGV[5] then\n"
-	"  redis.pcall('LREM', ARGV[3], 0, ARGV[5])\n"
-	"end\n"
-	"if woken then\n"
-	"  redis.pcall('DEL', ARGV[4])\n"
-	"end\n"
-	"redis.call('SET', KEYS[2], token, 'PX', ARGV[2])\n"
-	"redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+	"local token = next_token(last, clock())\n"
+	"grant(KEYS[1], KEYS[2], ARGV[1], ARGV[2], token, ARGV[3], ARGV[4], ARGV[5], woken)\n"
 	"return token\n"
 };
 
 /*
- * Delete the lock only if it is still ours, and wake its first waiter.
- * Returns 1 when deleted.
+ * Take every lock of a set, each as the acquire script takes one
+ * (TAKE_LOCK), or none: every lock and its last token are checked before
+ * anything is written, so a set that cannot be taken whole leaves nothing
+ * behind, not even a token drawn.  Each lock is read as the acquire
+ * script reads it, its handoff key only when it is free and its last
+ * token only when it may be taken, and the clock once for the set.  A set
+ * attempt never waits, so it never queues: the wait is for one lock, by
+ * the acquire script.  Answers an array, an answer per lock in the order
+ * of the keys: every lock's token when all are taken; otherwise the
+ * refusal's number, or the error reply, of the first lock that could not
+ * be taken (as the acquire of that lock alone would fail), and false
+ * (nil) for the others.
+ * KEYS: lock, fencing token, for each lock.  ARGV: owner token, ttl in ms,
+ * then the handoff key of each lock.
+ */
+RedisScript acquire_set_script = {
+	"acquire_set",
+	WOKEN_WAITER
+	TAKE_LOCK
+	"local n = #KEYS / 2\n"
+	"local function only(i, answer)\n"
+	"  local answers = {}\n"
+	"  for j = 1, n do\n"
+	"    answers[j] = false\n"
+	"  end\n"
+	"  answers[i] = answer\n"
+	"  return answers\n"
+	"end\n"
+	"local last, woken = {}, {}\n"
+	"for i = 1, n do\n"
+	"  local holder = redis.pcall('GET', KEYS[2 * i - 1])\n"
+	"  if type(holder) == 'table' then\n"
+	"    return only(i, holder)\n"
+	"  end\n"
+	"  woken[i] = not holder and woken_waiter(ARGV[2 + i])\n"
+	"  if not may_take(holder, woken[i], ARGV[1]) then\n"
+	"    return only(i, refusal(KEYS[2 * i - 1], holder, ARGV[2], nil, ARGV[2 + i]))\n"
+	"  end\n"
+	"  last[i] = redis.pcall('GET', KEYS[2 * i])\n"
+	"  local err = type(last[i]) == 'table' and last[i] or bad_token(last[i])\n"
+	"  if err then\n"
+	"    return only(i, err)\n"
+	"  end\n"
+	"end\n"
+	"local now = clock()\n"
+	"local tokens = {}\n"
+	"for i = 1, n do\n"
+	"  tokens[i] = next_token(last[i], now)\n"
+	"  grant(KEYS[2 * i - 1], KEYS[2 * i], ARGV[1], ARGV[2], tokens[i], nil, ARGV[2 + i], nil, woken[i])\n"
+	"end\n"
+	"return tokens\n"
+};
+
+/*
+ * Release one lock, which the release of one lock and the release of a
+ * set share: delete the lock only if it is still ours, and wake its first
+ * waiter (ANNOUNCE_RELEASE).  Returns 1 when deleted, 0 when not, or the
+ * error reply of a command that failed, so that a script that releases
+ * several locks answers for each.
  *
  * A backend that waits no more for the lock (its wait gave up, or it holds
- * the lock) names its wake channel, and leaves the queue.  A release may
- * have popped it already and announced itself to it, and then it took
- * nothing here: when the lock is still free and handed to this backend or
- * to nobody, the next waiter is woken in its stead, so that nobody sleeps
- * behind a waiter that left.  That is also how a Redlock waiter that a
- * quorum granted ends what a master that refused it still kept for it.
+ * the lock) names its wake channel (leaving), and leaves the queue.  A
+ * release may have popped it already and announced itself to it, and then
+ * it took nothing here: when the lock is still free and handed to this
+ * backend or to nobody, the next waiter is woken in its stead, so that
+ * nobody sleeps behind a waiter that left.  That is also how a Redlock
+ * waiter that a quorum granted ends what a master that refused it still
+ * kept for it.
+ */
+#define RELEASE_LOCK \
+	ANNOUNCE_RELEASE \
+	WOKEN_WAITER \
+	"local function release(lock, owner, waiters, handoff, leaving)\n" \
+	"  local popped = leaving and redis.pcall('LREM', waiters, 0, leaving) == 0\n" \
+	"  local holder = redis.pcall('GET', lock)\n" \
+	"  if type(holder) == 'table' then\n" \
+	"    return holder\n" \
+	"  end\n" \
+	"  if holder ~= owner then\n" \
+	"    if popped and not holder then\n" \
+	"      local woken = woken_waiter(handoff)\n" \
+	"      if woken == leaving then\n" \
+	"        redis.pcall('DEL', handoff)\n" \
+	"      end\n" \
+	"      if not woken or woken == leaving then\n" \
+	"        announce(waiters, handoff)\n" \
+	"      end\n" \
+	"    end\n" \
+	"    return 0\n" \
+	"  end\n" \
+	"  local deleted = redis.pcall('DEL', lock)\n" \
+	"  if type(deleted) == 'table' then\n" \
+	"    return deleted\n" \
+	"  end\n" \
+	"  if waiters then\n" \
+	"    announce(waiters, handoff)\n" \
+	"  end\n" \
+	"  return 1\n" \
+	"end\n"
+
+/*
+ * Release one lock (RELEASE_LOCK).
  * KEYS: lock.  ARGV: owner token[, waiters, handoff[, wake channel of the
  * releasing backend]].
  */
 RedisScript release_script = {
 	"release",
-	ANNOUNCE_RELEASE
-	WOKEN_WAITER
-	"local leaving = ARGV[4]\n"
-	"local popped = leaving and redis.pcall('LREM', ARGV[2], 0, leaving) == 0\n"
-	"local holder = redis.call('GET', KEYS[1])\n"
-	"if holder ~= ARGV[1] then\n"
-	"  if popped and not holder then\n"
-	"    local woken = woken_waiter(ARGV[3])\n"
-	"    if woken == leaving then\n"
-	"      redis.pcall('DEL', ARGV[3])\n"
-	"    end\n"
-	"    if not woken or woken == leaving then\n"
-	"      announce(ARGV[2], ARGV[3])\n"
-	"    end\n"
-	"  end\n"
-	"  return 0\n"
+	RELEASE_LOCK
+	"return release(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4])\n"
+};
+
+/*
+ * Release several locks, each as the release script releases one
+ * (RELEASE_LOCK), whatever became of the others, and answer an array: 1,
+ * 0 or an error reply for each, in the order of the keys.
+ * KEYS: the locks.  ARGV: owner token, then for each lock its waiters and
+ * handoff keys, and, when one of the locks has one, the wake channel of
+ * the releasing backend ('' for none).
+ */
+RedisScript release_set_script = {
+	"release_set",
+	RELEASE_LOCK
+	"local stride = (#ARGV - 1) / #KEYS\n"
+	"local answers = {}\n"
+	"for i = 1, #KEYS do\n"
+	"  local arg = stride * (i - 1) + 1\n"
+	"  local leaving = stride == 3 and ARGV[arg + 3] ~= '' and ARGV[arg + 3] or nil\n"
+	"  answers[i] = release(KEYS[i], ARGV[1], ARGV[arg + 1], ARGV[arg + 2], leaving)\n"
 	"end\n"
-	"redis.call('DEL', KEYS[1])\n"
-	"if ARGV[2] then\n"
-	"  announce(ARGV[2], ARGV[3])\n"
-	"end\n"
-	"return 1\n"
+	"return answers\n"
 };
 
 /*
@@ -542,7 +674,7 @@ RedisScript semaphore_acquire_script = {
 	"    wait = type(left) == 'number' and left >= 0 and left or 0\n"
 	"  end\n"
 	"  if ARGV[8] then\n"
-	"    queue_waiter(ARGV[6], ARGV[8], ARGV[9], wait, ttl)\n"
+	"    queue_waiter(ARGV[6], ARGV[8], ARGV[9] == 'front', wait, ttl)\n"
 	"  end\n"
 	"  return -1 - (2 * wait + 1)\n"
 	"end\n"
@@ -645,7 +777,9 @@ redislock_init_scripts(void)
 	if (done)
 		return;
 	compute_sha1(&acquire_script);
+	compute_sha1(&acquire_set_script);
 	compute_sha1(&release_script);
+	compute_sha1(&release_set_script);
 	compute_sha1(&abandon_script);
 	compute_sha1(&extend_script);
 	compute_sha1(&semaphore_acquire_script);

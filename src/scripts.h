@@ -11,7 +11,9 @@
 #include "io/io.h"
 
 extern RedisScript acquire_script;
+extern RedisScript acquire_set_script;
 extern RedisScript release_script;
+extern RedisScript release_set_script;
 extern RedisScript abandon_script;
 extern RedisScript extend_script;
 extern RedisScript semaphore_acquire_script;

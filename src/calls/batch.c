@@ -501,11 +501,13 @@ calls_to_send_again(NodeRun *runs, int nruns, RedisCall **pending,
  * Run calls on their nodes, all in one round trip, within the deadline;
  * calls that were not run (see above) are sent again in further round
  * trips while the deadline allows.  Error replies are left for the caller
- * to interpret.  Failures to reach a node are reported at elevel; when
- * elevel is below ERROR the run goes on with the other nodes and returns
- * false, and the calls that got no reply have reply_type 0.  A run for a
- * SQL function (elevel ERROR) closes the transaction end in progress, if
- * any: the next end gets a deadline of its own.
+ * to interpret; the parts of a call on several keys each get their own
+ * answer, or the call's reply when it answered none.  Failures to reach a
+ * node are reported at elevel; when elevel is below ERROR the run goes on
+ * with the other nodes and returns false, and the calls that got no reply
+ * have reply_type 0.  A run for a SQL function (elevel ERROR) closes the
+ * transaction end in progress, if any: the next end gets a deadline of its
+ * own.
  */
 bool
 redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
@@ -558,6 +560,8 @@ redis_run_until(RedisCall *calls, int ncalls, RedisDeadline deadline,
 	pfree(pending);
 	if (!redis_decide_calls(calls, ncalls, elevel))
 		ok = false;
+	for (i = 0; i < ncalls; i++)
+		redis_call_spread_reply(&calls[i]);
 	return ok;
 }
 

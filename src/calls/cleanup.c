@@ -38,30 +38,53 @@ typedef struct RedirectableCall
 	RedisCall	call;			/* argv copied in the same allocation */
 } RedirectableCall;
 
-/* A copy of call, with its arguments, in TopMemoryContext */
+/*
+ * A copy of call, with its arguments, in TopMemoryContext.  The arguments
+ * of a call on many keys that the call itself has no room for (argv_more)
+ * go in the same allocation, their pointers first.
+ */
 static RedirectableCall *
 copy_cleanup(const RedisCall *call)
 {
-	Size		size = sizeof(RedirectableCall);
+	int			nmore = Max(call->argc - REDIS_CALL_MAX_ARGS, 0);
+	Size		size = sizeof(RedirectableCall) +
+		nmore * (sizeof(char *) + sizeof(size_t));
 	RedirectableCall *kept;
 	char	   *strings;
 	int			i;
 
 	for (i = 0; i < call->argc; i++)
-		size += call->argvlen[i];
+	{
+		size_t		len;
+
+		(void) redis_call_argv(call, i, &len);
+		size += len;
+	}
 	kept = MemoryContextAlloc(TopMemoryContext, size);
 	kept->seq = 0;
 	kept->call = *call;
 	kept->call.reply_type = 0;	/* any reply it had is not kept */
 	kept->call.str = NULL;
-	strings = (char *) (kept + 1);
+	kept->call.parts = NULL;	/* nor anything its reply was for */
+	kept->call.nparts = 0;
+	kept->call.argc = 0;
+	kept->call.argv_more = nmore > 0 ? (const char **) (kept + 1) : NULL;
+	kept->call.argvlen_more = nmore > 0 ?
+		(size_t *) (kept->call.argv_more + nmore) : NULL;
+	kept->call.maxargs_more = nmore;
+	strings = (char *) (kept + 1) + nmore * (sizeof(char *) + sizeof(size_t));
 	for (i = 0; i < call->argc; i++)
 	{
-		if (call->argv[i] == NULL)
-			continue;			/* an integer, copied with the call */
-		memcpy(strings, call->argv[i], call->argvlen[i]);
-		kept->call.argv[i] = strings;
-		strings += call->argvlen[i];
+		size_t		len;
+		const char *arg = redis_call_argv(call, i, &len);
+
+		if (arg != NULL)
+		{
+			memcpy(strings, arg, len);
+			arg = strings;
+			strings += len;
+		}
+		redis_call_arg(&kept->call, arg, len);
 	}
 	return kept;
 }
@@ -119,6 +142,7 @@ redis_send_hello(RedisNode *node)
 	redis_call_arg(&hello, "2", 1);
 	node_append_unwaited(node, &hello);
 	node->hello_seq = node->sent - 1;
+	node->standalone = false;	/* until the reply says so again */
 }
 
 /*

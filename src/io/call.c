@@ -31,13 +31,41 @@ redis_call_init(RedisCall *call, RedisConn *conn, const RedisScript *script)
 	call->slot = -1;
 }
 
-/* Add an argument; the caller keeps arg alive until the call has run */
+/*
+ * Add an argument; the caller keeps arg alive until the call has run.
+ * Those after the first REDIS_CALL_MAX_ARGS, which only a script call on
+ * many keys has, go into arrays that grow in the current memory context.
+ */
 void
 redis_call_arg(RedisCall *call, const char *arg, size_t len)
 {
-	Assert(call->argc < REDIS_CALL_MAX_ARGS);
-	call->argv[call->argc] = arg;
-	call->argvlen[call->argc++] = len;
+	int			more = call->argc - REDIS_CALL_MAX_ARGS;
+
+	if (more < 0)
+	{
+		call->argv[call->argc] = arg;
+		call->argvlen[call->argc++] = len;
+		return;
+	}
+	if (more == call->maxargs_more)
+	{
+		call->maxargs_more = Max(call->maxargs_more * 2, 16);
+		if (call->argv_more == NULL)
+		{
+			call->argv_more = palloc(sizeof(char *) * call->maxargs_more);
+			call->argvlen_more = palloc(sizeof(size_t) * call->maxargs_more);
+		}
+		else
+		{
+			call->argv_more = repalloc(call->argv_more,
+									   sizeof(char *) * call->maxargs_more);
+			call->argvlen_more = repalloc(call->argvlen_more,
+										  sizeof(size_t) * call->maxargs_more);
+		}
+	}
+	call->argv_more[more] = arg;
+	call->argvlen_more[more] = len;
+	call->argc++;
 }
 
 /*
@@ -49,8 +77,7 @@ redis_call_int_arg(RedisCall *call, int64 value)
 {
 	Assert(call->argc < REDIS_CALL_MAX_ARGS);
 	call->intargs[call->argc] = value;
-	call->argv[call->argc] = NULL;
-	call->argvlen[call->argc++] = 0;
+	redis_call_arg(call, NULL, 0);
 }
 
 /* Run the call on node, whatever key it names (it may name none) */
@@ -59,6 +86,52 @@ redis_call_on_node(RedisCall *call, RedisNode *node)
 {
 	call->node = node;
 	call->node_given = true;
+}
+
+/*
+ * Make call a call on several keys whose answers are those of nparts parts
+ * (see RedisCall); returns the parts, zeroed but for their server and
+ * script, for the caller to name what each is for (origin).
+ */
+RedisCall *
+redis_call_add_parts(RedisCall *call, int nparts)
+{
+	int			i;
+
+	call->parts = palloc0(sizeof(RedisCall) * nparts);
+	call->nparts = nparts;
+	for (i = 0; i < nparts; i++)
+	{
+		call->parts[i].conn = call->conn;
+		call->parts[i].script = call->script;
+		call->parts[i].slot = call->slot;
+	}
+	return call->parts;
+}
+
+/*
+ * After a run, give the parts of a call on several keys what they need
+ * for their messages (the node), and, when the call's reply was not the
+ * array of their answers (an error reply, or none), that reply as each
+ * part's own.
+ */
+void
+redis_call_spread_reply(RedisCall *call)
+{
+	int			i;
+
+	for (i = 0; i < call->nparts; i++)
+	{
+		RedisCall  *part = &call->parts[i];
+
+		part->node = call->node;
+		if (call->reply_type == REDIS_REPLY_ARRAY)
+			continue;
+		part->reply_type = call->reply_type;
+		part->integer = call->integer;
+		part->str = call->str;
+		part->len = call->len;
+	}
 }
 
 /* The HDEL of field (fieldlen bytes) from the hash key on conn's server */
@@ -315,9 +388,9 @@ copy_array_strings(RedisCall *call, const redisReply *reply)
 
 /*
  * Keep what a HELLO reply says the node is, a server's name and version,
- * in TopMemoryContext: its pairs of names and values come as an array.  An
- * error (a server older than Redis 6, or a user not allowed HELLO) leaves
- * them unknown.
+ * in TopMemoryContext, and whether it runs without cluster mode: its pairs
+ * of names and values come as an array.  An error (a server older than
+ * Redis 6, or a user not allowed HELLO) leaves them unknown.
  */
 void
 redis_note_hello(RedisNode *node, const redisReply *reply)
@@ -334,6 +407,11 @@ redis_note_hello(RedisNode *node, const redisReply *reply)
 
 		if (name->type != REDIS_REPLY_STRING || value->type != REDIS_REPLY_STRING)
 			continue;
+		if (strcmp(name->str, "mode") == 0)
+		{
+			node->standalone = strcmp(value->str, "standalone") == 0;
+			continue;
+		}
 		if (strcmp(name->str, "server") == 0)
 			field = &node->server_name;
 		else if (strcmp(name->str, "version") == 0)
@@ -343,6 +421,27 @@ redis_note_hello(RedisNode *node, const redisReply *reply)
 		if (*field != NULL)
 			pfree(*field);
 		*field = MemoryContextStrdup(TopMemoryContext, value->str);
+	}
+}
+
+/*
+ * Keep the type of a reply, and its integer or string: of a call's own
+ * reply, or of one answer of an array reply as a part's
+ */
+static void
+take_scalar_reply(RedisCall *call, const redisReply *reply)
+{
+	call->reply_type = reply->type;
+	call->integer = reply->integer;
+	call->str = NULL;
+	call->len = 0;
+	call->nelements = 0;
+	if (reply->type == REDIS_REPLY_STRING ||
+		reply->type == REDIS_REPLY_STATUS ||
+		reply->type == REDIS_REPLY_ERROR)
+	{
+		call->str = pnstrdup(reply->str, reply->len);
+		call->len = reply->len;
 	}
 }
 
@@ -356,19 +455,20 @@ redis_call_take_reply(RedisCall *call, redisReply *reply)
 		freeReplyObject(reply);
 		return;
 	}
-	call->reply_type = reply->type;
-	call->integer = reply->integer;
-	call->str = NULL;
-	call->len = 0;
-	call->nelements = 0;
-	if (reply->type == REDIS_REPLY_STRING ||
-		reply->type == REDIS_REPLY_STATUS ||
-		reply->type == REDIS_REPLY_ERROR)
+	if (call->nparts > 0 && reply->type == REDIS_REPLY_ARRAY &&
+		reply->elements == (size_t) call->nparts)
 	{
-		call->str = pnstrdup(reply->str, reply->len);
-		call->len = reply->len;
+		size_t		i;
+
+		for (i = 0; i < reply->elements; i++)
+			take_scalar_reply(&call->parts[i], reply->element[i]);
+		call->reply_type = REDIS_REPLY_ARRAY;
+		call->nelements = 0;
+		freeReplyObject(reply);
+		return;
 	}
-	else if (reply->type == REDIS_REPLY_ARRAY)
+	take_scalar_reply(call, reply);
+	if (reply->type == REDIS_REPLY_ARRAY)
 	{
 		call->elements = palloc(sizeof(char *) *
 								Max(count_array_strings(reply), 1));

@@ -90,6 +90,9 @@ typedef struct RedisNode
 	char	   *server_name;	/* what HELLO said it is, "redis" or
 								 * "valkey", NULL if it said nothing */
 	char	   *server_version; /* and its version */
+	bool		standalone;		/* and that it runs without cluster mode, so
+								 * that one script may name keys of any
+								 * slot (false until it says so) */
 } RedisNode;
 
 /*
@@ -208,8 +211,12 @@ extern bool node_find_addresses(RedisNode *node, bool look_up,
 extern void addressbook_shmem_request(void);
 extern void addressbook_shmem_startup(void);
 
-/* A Redis command, or a script call, and the reply copied out of hiredis */
-#define REDIS_CALL_MAX_ARGS 10
+/*
+ * A Redis command, or a script call, and the reply copied out of hiredis.
+ * The first REDIS_CALL_MAX_ARGS arguments are kept in the call, integers
+ * among them too; a script call on many keys keeps the rest in argv_more.
+ */
+#define REDIS_CALL_MAX_ARGS 8
 
 typedef struct RedisCall
 {
@@ -231,6 +238,9 @@ typedef struct RedisCall
 	int			argc;
 	const char *argv[REDIS_CALL_MAX_ARGS];	/* NULL: the integer in intargs */
 	size_t		argvlen[REDIS_CALL_MAX_ARGS];
+	const char **argv_more;		/* the arguments after those (palloc'd), */
+	size_t	   *argvlen_more;
+	int			maxargs_more;	/* and the room allocated for them */
 	int64		intargs[REDIS_CALL_MAX_ARGS];	/* formatted when the call is
 												 * sent */
 	void	   *origin;			/* what the caller made this call for */
@@ -238,6 +248,13 @@ typedef struct RedisCall
 	/* replaces the usual copy of a non-error reply, for nested arrays */
 	void		(*parse_reply) (struct RedisCall *call,
 								const struct redisReply *reply);
+	/*
+	 * A script call on several keys answers an array, an answer per key:
+	 * each is taken as the reply of a part, in the order of the keys; a
+	 * reply that is not such an array (an error, none) is every part's.
+	 */
+	struct RedisCall *parts;	/* palloc'd, NULL for a call on one key */
+	int			nparts;
 	bool		helper;			/* calls/: SCRIPT LOAD or ASKING for a call */
 	bool		load_script;	/* calls/: was answered NOSCRIPT */
 	bool		sent_again;		/* calls/: goes out in the next round */
@@ -250,6 +267,36 @@ typedef struct RedisCall
 	char	  **elements;		/* palloc'd, NUL-terminated */
 } RedisCall;
 
+/* The argument i of a call, and its length in *len */
+static inline const char *
+redis_call_argv(const RedisCall *call, int i, size_t *len)
+{
+	if (i < REDIS_CALL_MAX_ARGS)
+	{
+		*len = call->argvlen[i];
+		return call->argv[i];
+	}
+	*len = call->argvlen_more[i - REDIS_CALL_MAX_ARGS];
+	return call->argv_more[i - REDIS_CALL_MAX_ARGS];
+}
+
+/*
+ * The answers of a call: its parts when it has some, else the call itself.
+ * Whoever made a call on several keys reads each key's answer this way,
+ * and a call on one key alike.
+ */
+static inline int
+redis_call_nanswers(const RedisCall *call)
+{
+	return Max(call->nparts, 1);
+}
+
+static inline RedisCall *
+redis_call_answer(RedisCall *call, int i)
+{
+	return call->nparts > 0 ? &call->parts[i] : call;
+}
+
 extern void resp_append_call(StringInfo buf, const RedisCall *call);
 extern void resp_append_script_load(StringInfo buf, const RedisScript *script);
 
@@ -259,6 +306,8 @@ extern void redis_call_init(RedisCall *call, struct RedisConn *conn,
 extern void redis_call_arg(RedisCall *call, const char *arg, size_t len);
 extern void redis_call_int_arg(RedisCall *call, int64 value);
 extern void redis_call_on_node(RedisCall *call, RedisNode *node);
+extern RedisCall *redis_call_add_parts(RedisCall *call, int nparts);
+extern void redis_call_spread_reply(RedisCall *call);
 extern void redis_call_hdel(RedisCall *call, struct RedisConn *conn,
 							const char *key, int keylen, const char *field,
 							int fieldlen);

@@ -70,7 +70,10 @@ resp_append_call(StringInfo buf, const RedisCall *call)
 	}
 	for (i = 0; i < call->argc; i++)
 	{
-		if (call->argv[i] == NULL)
+		size_t		len;
+		const char *arg = redis_call_argv(call, i, &len);
+
+		if (arg == NULL)
 		{
 			char		intarg[MAXINT8LEN + 1];
 
@@ -78,7 +81,7 @@ resp_append_call(StringInfo buf, const RedisCall *call)
 							 compat_lltoa(call->intargs[i], intarg));
 		}
 		else
-			append_resp_bulk(buf, call->argv[i], call->argvlen[i]);
+			append_resp_bulk(buf, arg, len);
 	}
 }
 

@@ -247,15 +247,53 @@ prepare_attempt(RedisCall *calls, HeldLock *lock, int ttl_ms, bool queue,
 }
 
 /*
- * Take what an attempt started at start answered: true when the lock was
- * taken.  Too few replicas acknowledging it is an error, after the lock
- * is released again; *refusal tells what a refusal said of the holder.
+ * Make the calls of one attempt at taking the n locks of locks[] that
+ * order[] names, all on one server and in one script group
+ * (order_by_script_group()), as prepare_attempt() makes them for one lock:
+ * the set's acquire script, whose parts answer for each lock, and the WAIT
+ * for replicas after it.  A set attempt never queues.  Returns the number
+ * of calls.
  */
-static bool
-take_attempt(HeldLock *lock, RedisCall *calls, int ncalls, int ttl_ms,
-			 TimestampTz start, Refusal *refusal)
+static int
+prepare_set_attempt(RedisCall *calls, HeldLock **locks, const int *order,
+					int n, int ttl_ms)
 {
 	RedisCall  *call = &calls[0];
+	RedisCall  *parts;
+	int			ncalls = 1;
+	int			i;
+
+	lock_call_init(call, locks[order[0]], &acquire_set_script);
+	for (i = 0; i < n; i++)
+		add_lock_keys(call, locks[order[i]]);
+	add_token_arg(call);
+	redis_call_int_arg(call, ttl_ms);
+	for (i = 0; i < n; i++)
+		redis_call_arg(call, locks[order[i]]->handoff_key,
+					   locks[order[i]]->handoff_keylen);
+	parts = redis_call_add_parts(call, n);
+	for (i = 0; i < n; i++)
+	{
+		parts[i].origin = locks[order[i]];
+		locks[order[i]]->in_redis = true;	/* the outcome may be unknown */
+	}
+	if (call->conn->min_replicas > 0)
+		redis_call_wait_replicas(&calls[ncalls++], call);
+	return ncalls;
+}
+
+/*
+ * Take what an attempt started at start answered for the lock (answer, and
+ * the WAIT for replicas after it, or NULL): true when the lock was taken.
+ * Too few replicas acknowledging it is an error, after the lock is
+ * released again; *refusal tells what a refusal said of the holder.  An
+ * answer nil, of a set's attempt, says that the lock was not taken because
+ * another lock of the set was not: nothing was written.
+ */
+static bool
+take_attempt(HeldLock *lock, RedisCall *call, RedisCall *wait, int ttl_ms,
+			 TimestampTz start, Refusal *refusal)
+{
 	bool		granted = lock->mode == LOCK_MODE_SEMAPHORE ?
 		call->reply_type == REDIS_REPLY_INTEGER && call->integer == 1 :
 		call->reply_type == REDIS_REPLY_STRING;
@@ -278,12 +316,13 @@ take_attempt(HeldLock *lock, RedisCall *calls, int ncalls, int ttl_ms,
 		if (redis_conn_decides_by_quorum(lock->conn))
 			release_not_taken(lock, false);
 		note_not_taken(lock);
-		read_refusal(script_result(call, user_key(lock)), refusal);
+		read_refusal(call->reply_type == REDIS_REPLY_NIL ? 0 :
+					 script_result(call, user_key(lock)), refusal);
 		return false;
 	}
 	lock->queued = false;
-	if (ncalls > 1 && !redis_replicas_acknowledged(&calls[1]))
-		abandon_lock(lock, &calls[1]);
+	if (wait != NULL && !redis_replicas_acknowledged(wait))
+		abandon_lock(lock, wait);
 	if (lock->mode == LOCK_MODE_EXCLUSIVE)
 		lock->fence = pg_strtoint64(call->str);
 	lock->acquired_at = start;
@@ -302,7 +341,8 @@ try_acquire(HeldLock *lock, int ttl_ms, RedisDeadline deadline,
 	int			ncalls = prepare_attempt(calls, lock, ttl_ms, queue, front);
 
 	redis_run_until(calls, ncalls, deadline, ERROR);
-	return take_attempt(lock, calls, ncalls, ttl_ms, start, refusal);
+	return take_attempt(lock, &calls[0], ncalls > 1 ? &calls[1] : NULL,
+						ttl_ms, start, refusal);
 }
 
 /* Count a wait for a lock that ended: its time, and whether it ran out */
@@ -669,10 +709,12 @@ acquire_in_redis(HeldLock *lock, int ttl_ms, int wait_ms)
 }
 
 /*
- * One attempt at every lock of locks[] that is not taken[]: their acquire
- * calls go out together, in one round trip over every node they live on.
- * Marks those taken, and returns the index of the first one refused, or -1
- * when none was.
+ * One attempt at every lock of locks[] that is not taken[]: their calls go
+ * out together, in one round trip over every node they live on, a script
+ * call for the locks that one script may name together (a set's acquire
+ * script, which takes them all or none) and a call of its own for a lock
+ * that goes alone.  Marks those taken, and returns the index of the first
+ * one refused, or -1 when none was.
  */
 static int
 attempt_all(HeldLock **locks, bool *taken, int nlocks, int ttl_ms,
@@ -680,19 +722,37 @@ attempt_all(HeldLock **locks, bool *taken, int nlocks, int ttl_ms,
 {
 	TimestampTz start = GetCurrentTimestamp();
 	RedisCall  *calls = palloc(sizeof(RedisCall) * 2 * nlocks);
-	int		   *first = palloc(sizeof(int) * (nlocks + 1));
+	RedisCall **answers = palloc0(sizeof(RedisCall *) * nlocks);
+	RedisCall **waits = palloc0(sizeof(RedisCall *) * nlocks);
+	int		   *order = palloc(sizeof(int) * nlocks);
+	int			norder = 0;
 	int			ncalls = 0;
 	int			refused = -1;
+	int			untaken = -1;
+	int			n;
 	int			i;
+	int			j;
 
 	for (i = 0; i < nlocks; i++)
-	{
-		first[i] = ncalls;
 		if (!taken[i])
-			ncalls += prepare_attempt(&calls[ncalls], locks[i], ttl_ms,
+			order[norder++] = i;
+	order_by_script_group(locks, order, norder, false);
+	for (i = 0; i < norder; i += n)
+	{
+		RedisCall  *call = &calls[ncalls];
+
+		n = script_group_size(locks, order + i, norder - i, false);
+		if (n == 1)
+			ncalls += prepare_attempt(call, locks[order[i]], ttl_ms,
 									  false, false);
+		else
+			ncalls += prepare_set_attempt(call, locks, order + i, n, ttl_ms);
+		for (j = 0; j < n; j++)
+		{
+			answers[order[i + j]] = n == 1 ? call : &call->parts[j];
+			waits[order[i + j]] = call + 1 < &calls[ncalls] ? call + 1 : NULL;
+		}
 	}
-	first[nlocks] = ncalls;
 	redis_run_until(calls, ncalls, deadline, ERROR);
 	for (i = 0; i < nlocks; i++)
 	{
@@ -700,39 +760,59 @@ attempt_all(HeldLock **locks, bool *taken, int nlocks, int ttl_ms,
 
 		if (taken[i])
 			continue;
-		taken[i] = take_attempt(locks[i], &calls[first[i]],
-								first[i + 1] - first[i], ttl_ms, start,
+		taken[i] = take_attempt(locks[i], answers[i], waits[i], ttl_ms, start,
 								&refusal);
-		if (!taken[i] && refused < 0)
+		if (taken[i])
+			continue;
+		if (untaken < 0)
+			untaken = i;
+		/* nil: not refused, but not taken with the lock of its set that was */
+		if (refused < 0 && answers[i]->reply_type != REDIS_REPLY_NIL)
 			refused = i;
 	}
 	pfree(calls);
-	pfree(first);
-	return refused;
+	pfree(answers);
+	pfree(waits);
+	pfree(order);
+	return refused >= 0 ? refused : untaken;
 }
 
 /*
  * Release, in one round trip, the locks of locks[] that taken[] marks, and
  * unmark them: an attempt that did not take them all keeps none.  A lock
- * whose release got no reply may still be in Redis, and stays marked so
+ * whose release got no answer may still be in Redis, and stays marked so
  * (in_redis) for the transaction end to release.
  */
 static void
 release_taken(HeldLock **locks, bool *taken, int nlocks)
 {
-	RedisCall  *calls = palloc(sizeof(RedisCall) * nlocks);
-	int			ncalls = 0;
+	HeldLock  **release = palloc(sizeof(HeldLock *) * nlocks);
+	RedisBatch	batch = {0};
+	int			nrelease = 0;
 	int			i;
+	int			j;
 
 	for (i = 0; i < nlocks; i++)
 		if (taken[i])
-			prepare_release(&calls[ncalls++], locks[i], false);
-	(void) redis_run_until(calls, ncalls, redis_command_deadline(), ERROR);
-	for (i = 0; i < ncalls; i++)
-		if (calls[i].reply_type == REDIS_REPLY_INTEGER)
-			((HeldLock *) calls[i].origin)->in_redis = false;
+			release[nrelease++] = locks[i];
+	if (nrelease > 0)
+	{
+		queue_releases(&batch, release, nrelease, false);
+		(void) redis_run_until(batch.calls, batch.ncalls,
+							   redis_command_deadline(), ERROR);
+	}
+	for (i = 0; i < batch.ncalls; i++)
+	{
+		for (j = 0; j < redis_call_nanswers(&batch.calls[i]); j++)
+		{
+			RedisCall  *answer = redis_call_answer(&batch.calls[i], j);
+
+			if (answer->reply_type == REDIS_REPLY_INTEGER)
+				((HeldLock *) answer->origin)->in_redis = false;
+		}
+	}
 	memset(taken, 0, sizeof(bool) * nlocks);
-	pfree(calls);
+	pfree(release);
 }
 
 /*
@@ -753,11 +833,15 @@ wait_ms_left(int wait_ms, TimestampTz start)
 /*
  * Take every lock of locks[] in Redis, or none, waiting as wait_ms says:
  * true when all are taken.  Each attempt asks for every lock not taken
- * yet in one round trip, over every node they live on (a Cluster's keys of
- * other slots, every master of a Redlock server).  When one is refused,
- * those taken are released again before anything waits, so that a waiter
- * holds none of them and two sets taken in opposite orders cannot wait for
- * each other.  The wait is for the first lock refused, taken as a single
+ * yet in one round trip, over every node they live on, in one script call
+ * for the locks that one script may name together (all of them on a
+ * Redis without cluster mode, those of one slot on a Cluster), which
+ * takes them all or none,
+ * and a call per lock where each goes alone (a Redlock server's, every
+ * master deciding each lock by its quorum).  When one is refused, those
+ * taken by other calls are released again before anything waits, so that
+ * a waiter holds none of them and two sets taken in opposite orders cannot
+ * wait for each other.  The wait is for the first lock refused, taken as a single
  * lock is (its local turn, its wake-ups, its place in the waiters' queue),
  * after which the others are asked for again.
  */

@@ -194,6 +194,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, LockMode mode,
 	lock->fence = 0;
 	lock->ttl_ms = 0;
 	lock->acquired_at = 0;
+	lock->loss_reported = false;
 	lock->lease_expires_at = 0;
 	lock->renew_until = 0;
 	lock->waiting_since = waiting.waiting_since;
@@ -447,6 +448,80 @@ pass_permit_holds(HeldLock *lock, int level)
 	}
 }
 
+/*
+ * The group of locks that one script call may name with lock: its server,
+ * and its group there (redis_conn_script_group()), -1 when it goes alone,
+ * as a semaphore does, whose calls are its own.  A release must run even
+ * while a Cluster migrates the slot.
+ */
+static int
+script_group(const HeldLock *lock, bool release)
+{
+	if (lock->mode != LOCK_MODE_EXCLUSIVE)
+		return -1;
+	return redis_conn_script_group(lock->conn, lock->slot, release);
+}
+
+/* What the ordering of locks by group compares them by */
+typedef struct GroupOrder
+{
+	HeldLock  **locks;
+	bool		release;
+} GroupOrder;
+
+static int
+script_group_cmp(const void *a, const void *b, void *arg)
+{
+	const GroupOrder *by = (const GroupOrder *) arg;
+	const HeldLock *la = by->locks[*(const int *) a];
+	const HeldLock *lb = by->locks[*(const int *) b];
+	int			ga = script_group(la, by->release);
+	int			gb = script_group(lb, by->release);
+
+	if (la->conn != lb->conn)
+		return (uintptr_t) la->conn < (uintptr_t) lb->conn ? -1 : 1;
+	if (ga != gb)
+		return ga < gb ? -1 : 1;
+	return *(const int *) a - *(const int *) b;
+}
+
+/*
+ * Order the n locks that order[] names (indexes into locks[]) so that
+ * those that one script call may name together, to take them or to
+ * release them (release), follow each other, each group in the order it
+ * had.  A set of locks costs Redis a script call per group rather than
+ * per lock.
+ */
+void
+order_by_script_group(HeldLock **locks, int *order, int n, bool release)
+{
+	GroupOrder	by = {locks, release};
+
+	if (n > 1)
+		qsort_arg(order, n, sizeof(int), script_group_cmp, &by);
+}
+
+/*
+ * How many of the n locks that order[] names, ordered by
+ * order_by_script_group(), go in one script call with the first: those of
+ * its group, LOCKS_PER_SCRIPT at most; 1 for a lock that goes alone.
+ */
+int
+script_group_size(HeldLock **locks, const int *order, int n, bool release)
+{
+	const HeldLock *first = locks[order[0]];
+	int			group = script_group(first, release);
+	int			size = 1;
+
+	if (group < 0)
+		return 1;
+	while (size < n && size < LOCKS_PER_SCRIPT &&
+		   locks[order[size]]->conn == first->conn &&
+		   script_group(locks[order[size]], release) == group)
+		size++;
+	return size;
+}
+
 /* Start a call on lock, in the slot of its key */
 void
 lock_call_init(RedisCall *call, HeldLock *lock, const RedisScript *script)
@@ -462,11 +537,14 @@ add_lock_key(RedisCall *call, const HeldLock *lock)
 	redis_call_arg(call, lock->tag.key, lock->tag.keylen);
 }
 
-/* Add the lock's key and its fencing token's key to a script call */
+/*
+ * Add the lock's key and its fencing token's key to a script call, after
+ * the keys it has: a call on several locks names them lock by lock
+ */
 void
 add_lock_keys(RedisCall *call, const HeldLock *lock)
 {
-	call->nkeys = 2;
+	call->nkeys += 2;
 	add_lock_key(call, lock);
 	redis_call_arg(call, lock->fence_key, lock->fence_keylen);
 }
@@ -620,6 +698,75 @@ prepare_permit_release(RedisCall *call, HeldLock *lock, int first, int count,
 	if (waits_no_more && lock->wake_channel != NULL)
 		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
 	call->origin = lock;
+}
+
+/*
+ * Make call the release of the n locks of locks[] that order[] names, on
+ * one server and in one script group (order_by_script_group()), as
+ * prepare_release() makes the release of one: a part of the call answers
+ * for each lock.
+ */
+static void
+prepare_release_set(RedisCall *call, HeldLock **locks, const int *order,
+					int n, bool waits_no_more)
+{
+	RedisCall  *parts;
+	bool		leaving = false;
+	int			i;
+
+	lock_call_init(call, locks[order[0]], &release_set_script);
+	call->nkeys = n;
+	for (i = 0; i < n; i++)
+	{
+		add_lock_key(call, locks[order[i]]);
+		if (waits_no_more && locks[order[i]]->wake_channel != NULL)
+			leaving = true;
+	}
+	add_token_arg(call);
+	for (i = 0; i < n; i++)
+	{
+		HeldLock   *lock = locks[order[i]];
+
+		add_queue_args(call, lock);
+		if (leaving && lock->wake_channel != NULL)
+			redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
+		else if (leaving)
+			redis_call_arg(call, "", 0);
+	}
+	parts = redis_call_add_parts(call, n);
+	for (i = 0; i < n; i++)
+		parts[i].origin = locks[order[i]];
+}
+
+/*
+ * Queue in batch the releases of locks[], as prepare_release() makes the
+ * release of one, in as few calls as their servers allow: one call for
+ * the locks of a server that one script may name together, each lock
+ * answered by a part of it (redis_call_answer()), and a call of its own
+ * for a lock that goes alone.
+ */
+void
+queue_releases(RedisBatch *batch, HeldLock **locks, int nlocks,
+			   bool waits_no_more)
+{
+	int		   *order = palloc(sizeof(int) * nlocks);
+	int			n;
+	int			i;
+
+	for (i = 0; i < nlocks; i++)
+		order[i] = i;
+	order_by_script_group(locks, order, nlocks, true);
+	for (i = 0; i < nlocks; i += n)
+	{
+		RedisCall  *call = redis_batch_add(batch);
+
+		n = script_group_size(locks, order + i, nlocks - i, true);
+		if (n == 1)
+			prepare_release(call, locks[order[i]], waits_no_more);
+		else
+			prepare_release_set(call, locks, order + i, n, waits_no_more);
+	}
+	pfree(order);
 }
 
 /*

@@ -261,7 +261,9 @@ typedef struct HeldLock
 	bool		in_redis;		/* may exist in Redis with our token */
 	int64		fence;			/* 0 until acquired */
 	int			ttl_ms;
-	TimestampTz acquired_at;
+	TimestampTz acquired_at;	/* 0 until granted */
+	bool		loss_reported;	/* the check before commit reported its
+								 * lease lost: its release keeps quiet */
 	TimestampTz lease_expires_at;
 	TimestampTz renew_until;	/* the lease watchdog renews it until then
 								 * (DT_NOEND: no limit), 0: it does not */
@@ -290,6 +292,16 @@ extern int	permits_of_next_drop(const HeldLock *lock);
 extern void drop_one_hold(HeldLock *lock);
 extern int	drop_permit_holds(HeldLock *lock, int level);
 extern void pass_permit_holds(HeldLock *lock, int level);
+/*
+ * The most locks that one script call names (held.c), so that a script
+ * does not keep Redis from its other clients for long
+ */
+#define LOCKS_PER_SCRIPT	64
+
+extern void order_by_script_group(HeldLock **locks, int *order, int n,
+								  bool release);
+extern int	script_group_size(HeldLock **locks, const int *order, int n,
+							  bool release);
 extern void lock_call_init(RedisCall *call, HeldLock *lock,
 						   const RedisScript *script);
 extern void add_lock_keys(RedisCall *call, const HeldLock *lock);
@@ -302,6 +314,8 @@ extern void prepare_release(RedisCall *call, HeldLock *lock,
 extern void prepare_permit_release(RedisCall *call, HeldLock *lock,
 								   int first, int count, int expected,
 								   bool waits_no_more);
+extern void queue_releases(RedisBatch *batch, HeldLock **locks, int nlocks,
+						   bool waits_no_more);
 extern long long script_result(const RedisCall *call, const char *key);
 extern void warn_lost(HeldLock *lock);
 

@@ -9,8 +9,10 @@
  * commit into an abort.  When the transaction ends its transaction holds
  * end, when a subtransaction rolls back the holds taken inside it, and at
  * backend exit the session holds too.  The locks left without holds go
- * into the batch of releases that xact.c runs, and are forgotten once it
- * has run.  But for backend exit, only the locks the transaction touched
+ * into the batch of releases that xact.c runs, in one script call for the
+ * locks of a server that one script may name together (all of them on a
+ * Redis without cluster mode, each lock alone elsewhere), and are
+ * forgotten once it has run.  But for backend exit, only the locks the transaction touched
  * are visited, so that the session locks a backend holds cost its
  * transactions nothing here.
  *
@@ -80,7 +82,7 @@ locks_verify_before_commit(void)
 			 * deletes the key where it carries our token (a minority of a
 			 * Redlock server's masters may)
 			 */
-			lock->fence = 0;
+			lock->loss_reported = true;
 			note_lease_lost(lock);
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -97,21 +99,29 @@ locks_verify_before_commit(void)
 }
 
 /*
- * A batched release has run: report a lock whose lease had been lost and
- * forget the lock.  A failure to reach Redis was reported by redis_run();
- * the lease then ends the lock at its expiry.
+ * A batched release has run: report each lock whose lease had been lost,
+ * and forget the locks.  A failure to reach Redis was reported by
+ * redis_run(); the lease then ends the lock at its expiry.
  */
 static void
 release_done(RedisCall *call)
 {
-	HeldLock   *lock = (HeldLock *) call->origin;
+	int			i;
 
-	if (call->reply_type == REDIS_REPLY_INTEGER && call->integer == 0 &&
-		lock->fence > 0)
-		warn_lost(lock);
-	else if (call->reply_type != REDIS_REPLY_INTEGER && call->reply_type != 0)
-		redis_unexpected_reply(call, user_key(lock), WARNING);
-	remove_lock(lock);
+	for (i = 0; i < redis_call_nanswers(call); i++)
+	{
+		RedisCall  *answer = redis_call_answer(call, i);
+		HeldLock   *lock = (HeldLock *) answer->origin;
+
+		if (answer->reply_type == REDIS_REPLY_INTEGER &&
+			answer->integer == 0 && lock->acquired_at != 0 &&
+			!lock->loss_reported)
+			warn_lost(lock);
+		else if (answer->reply_type != REDIS_REPLY_INTEGER &&
+				 answer->reply_type != 0)
+			redis_unexpected_reply(answer, user_key(lock), WARNING);
+		remove_lock(lock);
+	}
 }
 
 /*
@@ -148,28 +158,61 @@ queue_permits_release(RedisBatch *batch, HeldLock *lock, int dropped)
 }
 
 /*
- * Queue the release of a lock that has no holds left, if Redis may have it;
- * forget it at once otherwise.  The shared lock table shows it without
- * holds before the batch goes out, however long the batch then takes (a
- * slow server elsewhere): the lease watchdog renews it no more, and a
- * local waiter takes the DEL of its key for this release, not another
- * client's.
+ * The locks that an end releases, gathered while their holds end, so that
+ * their releases go out in as few calls as their servers allow
+ */
+typedef struct EndReleases
+{
+	HeldLock  **locks;
+	int			nlocks;
+} EndReleases;
+
+/* Room for the releases of every lock that the transaction touched */
+static void
+start_releases(EndReleases *releases)
+{
+	dlist_iter	iter;
+	int			n = 0;
+
+	dlist_foreach(iter, &touched_locks)
+		n++;
+	releases->locks = palloc(sizeof(HeldLock *) * Max(n, 1));
+	releases->nlocks = 0;
+}
+
+/*
+ * Release a lock that has no holds left, if Redis may have it; forget it
+ * at once otherwise.  The shared lock table shows it without holds before
+ * the batch goes out, however long the batch then takes (a slow server
+ * elsewhere): the lease watchdog renews it no more, and a local waiter
+ * takes the DEL of its key for this release, not another client's.
  */
 static void
-queue_release_if_unheld(RedisBatch *batch, HeldLock *lock)
+release_if_unheld(EndReleases *releases, HeldLock *lock)
 {
 	if (total_holds(lock) > 0)
 		return;
 	if (lock->in_redis || lock->queued)
 	{
-		RedisCall  *call = redis_batch_add(batch);
-
 		publish_lock(lock);
-		prepare_release(call, lock, true);
-		call->on_reply = release_done;
+		releases->locks[releases->nlocks++] = lock;
 	}
 	else
 		remove_lock(lock);
+}
+
+/* Queue the releases gathered in the batch */
+static void
+queue_end_releases(RedisBatch *batch, EndReleases *releases)
+{
+	int			first = batch->ncalls;
+	int			i;
+
+	if (releases->nlocks > 0)
+		queue_releases(batch, releases->locks, releases->nlocks, true);
+	for (i = first; i < batch->ncalls; i++)
+		batch->calls[i].on_reply = release_done;
+	pfree(releases->locks);
 }
 
 /*
@@ -181,6 +224,7 @@ void
 locks_end_xact(RedisBatch *batch, bool session_too)
 {
 	dlist_mutable_iter miter;
+	EndReleases releases;
 
 	if (session_too && held_locks != NULL)
 	{
@@ -194,6 +238,7 @@ locks_end_xact(RedisBatch *batch, bool session_too)
 			touch_lock(lock);
 		}
 	}
+	start_releases(&releases);
 	dlist_foreach_modify(miter, &touched_locks)
 	{
 		HeldLock   *lock = dlist_container(HeldLock, xact_link, miter.cur);
@@ -209,8 +254,9 @@ locks_end_xact(RedisBatch *batch, bool session_too)
 			queue_permits_release(batch, lock, dropped);
 		else if (total_holds(lock) > 0)
 			publish_lock(lock);
-		queue_release_if_unheld(batch, lock);
+		release_if_unheld(&releases, lock);
 	}
+	queue_end_releases(batch, &releases);
 }
 
 /*
@@ -221,7 +267,9 @@ void
 locks_end_subxact(RedisBatch *batch, int level, bool commit)
 {
 	dlist_mutable_iter miter;
+	EndReleases releases;
 
+	start_releases(&releases);
 	dlist_foreach_modify(miter, &touched_locks)
 	{
 		HeldLock   *lock = dlist_container(HeldLock, xact_link, miter.cur);
@@ -257,6 +305,7 @@ locks_end_subxact(RedisBatch *batch, int level, bool commit)
 			}
 		}
 		if (!commit)
-			queue_release_if_unheld(batch, lock);
+			release_if_unheld(&releases, lock);
 	}
+	queue_end_releases(batch, &releases);
 }

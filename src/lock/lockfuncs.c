@@ -442,74 +442,93 @@ redis_lock_release(PG_FUNCTION_ARGS)
 }
 
 /*
- * Forget the locks of release calls that got a reply, counting those that
+ * Forget the locks of releases that got an answer, counting those that
  * Redis released and reporting those whose lease had been lost.  A lock
- * whose call got no reply is kept: Redis may still have it.  Returns how
- * many were released.
+ * whose release got no answer is kept: Redis may still have it.  Returns
+ * how many were released.
  */
 static int
 forget_released(RedisCall *calls, int ncalls)
 {
 	int			released = 0;
 	int			i;
+	int			j;
 
 	for (i = 0; i < ncalls; i++)
 	{
-		HeldLock   *lock = (HeldLock *) calls[i].origin;
+		for (j = 0; j < redis_call_nanswers(&calls[i]); j++)
+		{
+			RedisCall  *answer = redis_call_answer(&calls[i], j);
+			HeldLock   *lock = (HeldLock *) answer->origin;
 
-		if (calls[i].reply_type != REDIS_REPLY_INTEGER)
-			continue;
-		if (calls[i].integer == 1)
-			released++;
-		else if (total_holds(lock) > 0)
-			warn_lost(lock);
-		remove_lock(lock);
+			if (answer->reply_type != REDIS_REPLY_INTEGER)
+				continue;
+			if (answer->integer == 1)
+				released++;
+			else if (total_holds(lock) > 0)
+				warn_lost(lock);
+			remove_lock(lock);
+		}
 	}
 	return released;
 }
 
 /*
  * redis_lock_release_all(): end every hold, session and transaction alike,
- * in one round trip per Redis server.  Returns how many keys were released;
- * locks whose lease was lost are reported and not counted.  The caller
- * needs USAGE on every server involved.  When a server fails, the locks
- * that others released are forgotten before the error is raised.
+ * in one round trip, and in one script call per Redis server where one
+ * script may name all of its locks (queue_releases()).  Returns how many
+ * keys were released; locks whose lease was lost are reported and not
+ * counted.  The caller needs USAGE on every server involved.  When a
+ * server fails, the locks that others released are forgotten before the
+ * error is raised.
  */
 Datum
 redis_lock_release_all(PG_FUNCTION_ARGS)
 {
 	HASH_SEQ_STATUS status;
 	HeldLock   *lock;
-	RedisCall  *calls;
-	int			ncalls = 0;
+	HeldLock  **locks;
+	int			nlocks = 0;
+	RedisBatch	batch = {0};
 	int			released;
 	int			i;
+	int			j;
 
 	if (held_locks == NULL)
 		PG_RETURN_INT32(0);
 
-	calls = palloc(sizeof(RedisCall) * Max(hash_get_num_entries(held_locks), 1));
+	locks = palloc(sizeof(HeldLock *) * Max(hash_get_num_entries(held_locks), 1));
 	hash_seq_init(&status, held_locks);
 	while ((lock = (HeldLock *) hash_seq_search(&status)) != NULL)
 		if (total_holds(lock) > 0 || lock->in_redis)
-			prepare_release(&calls[ncalls++], lock, true);
-	for (i = 0; i < ncalls; i++)
-		redis_conn_check_usage(calls[i].conn);
+			locks[nlocks++] = lock;
+	if (nlocks == 0)
+		PG_RETURN_INT32(0);
+	queue_releases(&batch, locks, nlocks, true);
+	for (i = 0; i < batch.ncalls; i++)
+		redis_conn_check_usage(batch.calls[i].conn);
 
 	PG_TRY();
 	{
-		redis_run(calls, ncalls);
+		redis_run(batch.calls, batch.ncalls);
 	}
 	PG_CATCH();
 	{
-		(void) forget_released(calls, ncalls);
+		(void) forget_released(batch.calls, batch.ncalls);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	released = forget_released(calls, ncalls);
-	for (i = 0; i < ncalls; i++)
-		if (calls[i].reply_type != REDIS_REPLY_INTEGER)
-			script_result(&calls[i], user_key((HeldLock *) calls[i].origin));
+	released = forget_released(batch.calls, batch.ncalls);
+	for (i = 0; i < batch.ncalls; i++)
+	{
+		for (j = 0; j < redis_call_nanswers(&batch.calls[i]); j++)
+		{
+			RedisCall  *answer = redis_call_answer(&batch.calls[i], j);
+
+			if (answer->reply_type != REDIS_REPLY_INTEGER)
+				script_result(answer, user_key((HeldLock *) answer->origin));
+		}
+	}
 	PG_RETURN_INT32(released);
 }
 

@@ -139,6 +139,7 @@ extern int	redis_conn_known_masters(RedisConn *conn, RedisNode ***masters);
 extern bool redis_follow_redirect(RedisCall *call);
 extern bool redis_conn_decides_by_quorum(const RedisConn *conn);
 extern bool redis_conn_learns_nodes(const RedisConn *conn);
+extern int	redis_conn_script_group(RedisConn *conn, int slot, bool must_run);
 extern int	redis_conn_drift_ms(const RedisConn *conn, int ttl_ms);
 extern RedisCall **redis_expand_calls(RedisCall *calls, int ncalls,
 									  int *npending);

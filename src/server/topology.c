@@ -192,6 +192,27 @@ redis_conn_learns_nodes(const RedisConn *conn)
 	return conn->topology->must_ask != NULL;
 }
 
+/*
+ * Which keys one script call may name together, as a group number for a
+ * key of hash slot slot, or -1 when the key goes alone.  A script's keys
+ * must share a slot wherever cluster mode is on, so only a server whose
+ * keys all live on one node that said it runs without cluster mode (HELLO)
+ * takes keys of any slot in one script; a server of independent masters
+ * decides each key by a quorum of its own, and takes none together.  While
+ * a Cluster migrates a slot, a script whose keys are split between two
+ * nodes is refused (TRYAGAIN) until the slot has moved: a call that must
+ * run even then (must_run: a release) names one key.
+ */
+int
+redis_conn_script_group(RedisConn *conn, int slot, bool must_run)
+{
+	if (redis_conn_decides_by_quorum(conn))
+		return -1;
+	if (conn->topology->node_for_key == NULL && (*one_master(conn))->standalone)
+		return 0;
+	return must_run ? -1 : slot;
+}
+
 /* The clock drift that a lease of ttl_ms on this server must outlast */
 int
 redis_conn_drift_ms(const RedisConn *conn, int ttl_ms)

@@ -12,13 +12,21 @@
 #   about a second: the loops wait, no round ends, and x and z stay free in
 #   Redis all that time (a waiter holds none of its set); with the preload,
 #   redis_locks() shows no key of the set granted to a waiter.
+# - Single Redis, one call each way: a set of 3 keys is taken by one EVALSHA
+#   and released by one more; with its second key held by a foreign client
+#   a set is refused in one EVALSHA that writes nothing (no lock, no
+#   fencing token drawn for its first key) and needs no release after it;
+#   redis_lock_release_all() of a set whose 3 keys each have a waiter
+#   hands each key to its waiter (3 hand-offs written).
 # - Cluster: three keys served by three different masters are taken in one
 #   call, each on its own master with the backend's one token, and COMMIT
 #   clears all three; with one of them held by a foreign client the call
 #   returns false and leaves none of ours on any master, and no waiter
 #   holds the others while it waits; with wait_ms 5000 and the foreign key
 #   deleted after ~300 ms it returns true.  A session set ends with
-#   redis_lock_release_all().
+#   redis_lock_release_all().  Three keys of one slot are taken in one
+#   EVALSHA on its master, and released each by one of its own (a release
+#   must run while a slot migrates).
 # - Redlock: three keys, each on every master with one token, released on
 #   all of them at commit; a key held by a foreign client on 2 of the 3
 #   masters makes the call false and none of our tokens is left on any
@@ -177,8 +185,69 @@ sub contend
 	return;
 }
 
+# One counter of INFO commandstats of a Redis node ($port of $cluster, or
+# the single Redis), e.g. cmdstat('evalsha', 'calls')
+sub cmdstat
+{
+	my ($command, $field, $cluster, $port) = @_;
+	my $info =
+	  defined $cluster
+	  ? $cluster->command($port, 'INFO', 'commandstats')
+	  : $redis->cli('INFO', 'commandstats');
+	return $info =~ /^cmdstat_\Q$command\E:.*\b$field=(\d+)/m ? $1 : 0;
+}
+
+# A Redis call that a statement of $session makes, counted by cmdstat()
+sub calls_of
+{
+	my ($session, $sql, $expected, $what, $command, @node) = @_;
+	my $before = cmdstat($command, 'calls', @node);
+	works($session, $sql, $expected, $what);
+	return cmdstat($command, 'calls', @node) - $before;
+}
+
 # --- single Redis, without and with the preload
 contend('no preload', 0);
+
+# --- single Redis: a set in one call each way
+{
+	my ($s1, @w) = map { session($node) } 1 .. 4;
+	my @k = qw(p q r);
+
+	works($s1, "SELECT redis_lock_acquire_all_session('{p,q,r}', 60000)", 't', 'one call: a session set');
+	works($s1, 'SELECT redis_lock_release_all()', '3', 'one call: released (its scripts are loaded now)');
+	is(calls_of($s1, "SELECT redis_lock_acquire_all_session('{p,q,r}', 60000)", 't', 'one call: the set again', 'evalsha'),
+		1, 'one call: a set of 3 keys on one Redis is one EVALSHA');
+	is(calls_of($s1, 'SELECT redis_lock_release_all()', '3', 'one call: released again', 'evalsha'),
+		1, 'one call: and its release one more');
+
+	$redis->command('SET', 'q2', 'other', 'NX', 'PX', 60000);
+	my $keys = $redis->command('DBSIZE');
+	is( calls_of(
+			$s1, "SELECT redis_lock_acquire_all_session('{p2,q2,r2}', 60000)",
+			'f', 'one call: q2 held by a foreign client, the set is refused', 'evalsha'),
+		1,
+		'one call: refused in one EVALSHA, with nothing to release after it');
+	is($redis->command('DBSIZE'), $keys, 'one call: nothing written, not even a fencing token for p2');
+	$redis->command('DEL', 'q2');
+
+	works($s1, "SELECT redis_lock_acquire_all_session('{p,q,r}', 60000)", 't', 'wake: a session set');
+	start_query($w[$_], "BEGIN; SELECT redis_lock_acquire('$k[$_]', 60000, 20000)") foreach 0 .. 2;
+	ok( defined wait_until(
+			10, sub { scalar(split /\n/, $redis->cli('KEYS', '*:waiters:*')) == 3 }),
+		"wake: each key of the set has a waiter in its queue");
+	my $sets = cmdstat('set', 'calls');
+	works($s1, 'SELECT redis_lock_release_all()', '3', 'wake: the set released');
+	foreach my $i (0 .. 2)
+	{
+		my ($got, $gerr) = finish_query($w[$i], 30);
+		is("$got$gerr", 't', "wake: the waiter for $k[$i] gets it");
+		works($w[$i], 'COMMIT', '', "wake: the waiter for $k[$i] commits");
+	}
+	is(cmdstat('set', 'calls') - $sets, 9,
+		'wake: the release handed each key to its waiter (3 hand-offs, then 3 grants of 2 writes)');
+	$_->quit foreach ($s1, @w);
+}
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'redislock'");
 $node->restart;
 is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'), 'redislock', 'redislock is preloaded');
@@ -246,6 +315,18 @@ works($s, "SELECT redis_lock_acquire_all_session('$cset', 60000)", 't', 'cluster
 ok((grep { $_ =~ $ours } @v) == 3, 'cluster: on all three masters');
 works($s, 'SELECT redis_lock_release_all()', '3', 'cluster: redis_lock_release_all() releases its 3 keys');
 is(join(' ', cluster_values()), 'nil nil nil', 'cluster: gone from every master');
+my $tagged = $cluster->master_for_key('ls:{t}1');
+works($s, q{SELECT redis_lock_acquire_all_session('{"{t}1","{t}2","{t}3"}', 60000)}, 't',
+	'cluster: a session set of three keys of one slot');
+works($s, 'SELECT redis_lock_release_all()', '3', 'cluster: released (its scripts are loaded now)');
+is( calls_of(
+		$s, q{SELECT redis_lock_acquire_all_session('{"{t}1","{t}2","{t}3"}', 60000)},
+		't', 'cluster: the set again',
+		'evalsha', $cluster, $tagged),
+	1,
+	'cluster: taken in one EVALSHA on its master');
+is(calls_of($s, 'SELECT redis_lock_release_all()', '3', 'cluster: released', 'evalsha', $cluster, $tagged),
+	3, 'cluster: each by a release of its own');
 diag sprintf 'cluster case done after %d s', time - $t0;
 
 # --- Redlock, 3 masters
