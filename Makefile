@@ -27,10 +27,10 @@ DATA = sql/redislock--1.0.sql sql/redislock--1.1.sql sql/redislock--1.2.sql \
 # Regression tests: test/sql/*.sql, test/expected/*.out.  Isolation specs:
 # test/specs/*.spec, test/expected/*.out (see "Test conventions" below).
 # sql/ holds only the extension's install and update scripts (DATA).
-REGRESS = setup fdw_options errors locks lock_sets semaphores stacking transactions stock \
+REGRESS = setup fdw_options errors locks lock_sets lock_shared semaphores stacking transactions stock \
 	binary_keys privileges seckill_example connections
 
-ISOLATION = lock_wait lock_rollback lock_set_wait semaphore_wait savepoint_release stock_no_oversell \
+ISOLATION = lock_wait lock_rollback lock_set_wait lock_shared_wait semaphore_wait savepoint_release stock_no_oversell \
 	stock_buyer
 
 # Export only what PostgreSQL looks up in the library: _PG_init,

@@ -39,6 +39,26 @@ RETURNS boolean
 AS 'MODULE_PATHNAME', 'redis_lock_acquire_all_session'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- Shared (read) locks: any number of readers, excluded by a writer.
+CREATE FUNCTION redis_lock_acquire_shared(key text,
+                                          ttl_ms integer DEFAULT 30000,
+                                          wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_acquire_shared_session(key text,
+                                                  ttl_ms integer DEFAULT 30000,
+                                                  wait_ms integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_acquire_shared_session'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION redis_lock_release_shared(key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redis_lock_release_shared'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
 -- Semaphores, kept as redis-semaphore keeps its Semaphore and
 -- MultiSemaphore: a sorted set at the key, one member a permit.
 CREATE FUNCTION redis_semaphore_acquire(key text, lim integer,
@@ -92,6 +112,9 @@ CREATE FUNCTION redis_stats(OUT server name, OUT calls bigint,
                             OUT semaphore_acquires bigint,
                             OUT semaphore_waits bigint,
                             OUT semaphore_timeouts bigint,
+                            OUT shared_acquires bigint,
+                            OUT shared_waits bigint,
+                            OUT shared_timeouts bigint,
                             OUT stats_reset timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redis_stats'

@@ -126,6 +126,17 @@
 	"end\n"
 
 /*
+ * Redis' clock in ms, which scores the members of sorted sets that stand
+ * for holds (a semaphore's permits, a lock's readers): the holders'
+ * clocks may disagree, Redis' is one.
+ */
+#define NOW_MS \
+	"local function now_ms()\n" \
+	"  local t = redis.call('TIME')\n" \
+	"  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
+	"end\n"
+
+/*
  * The steps of taking one lock, which the acquire of one lock and the
  * acquire of a set share, once the script has read the lock's value
  * (holder), its last fencing token (last), and, when the lock is free and
@@ -134,6 +145,12 @@
  * the check and the SET of a script), or renewed when it already carries
  * our token, which happens when an earlier command's outcome was unknown;
  * and its fencing token is drawn in the same step.
+ *
+ * holder_of(): who holds the lock against an exclusive acquire: the value
+ * of its string key; or, while it is held in shared mode (a sorted set of
+ * readers, LOCK_READERS), a live reader other than us, nil when we are
+ * the only one: grant()'s SET then turns the readers' set into our lock
+ * (an upgrade).  A key of another type is an error.
  *
  * may_take(): a free lock that a release has handed to a woken waiter
  * (ANNOUNCE_RELEASE) is refused to everyone but that waiter (channel)
@@ -163,6 +180,20 @@
  */
 #define TAKE_LOCK \
 	QUEUE_WAITER \
+	NOW_MS \
+	"local function holder_of(lock, owner)\n" \
+	"  local value = redis.pcall('GET', lock)\n" \
+	"  if type(value) ~= 'table' then\n" \
+	"    return value or nil\n" \
+	"  end\n" \
+	"  redis.call('ZREMRANGEBYSCORE', lock, '-inf', string.format('%d', now_ms()))\n" \
+	"  for _, reader in ipairs(redis.call('ZRANGE', lock, 0, 1)) do\n" \
+	"    if reader ~= owner then\n" \
+	"      return reader\n" \
+	"    end\n" \
+	"  end\n" \
+	"  return nil\n" \
+	"end\n" \
 	"local function may_take(holder, woken, owner, channel)\n" \
 	"  return not ((holder and holder ~= owner) or (woken and woken ~= channel))\n" \
 	"end\n" \
@@ -219,7 +250,7 @@ RedisScript acquire_script = {
 	"acquire",
 	WOKEN_WAITER
 	TAKE_LOCK
-	"local holder = redis.call('GET', KEYS[1])\n"
+	"local holder = holder_of(KEYS[1], ARGV[1])\n"
 	"local woken = not holder and ARGV[4] and woken_waiter(ARGV[4])\n"
 	"if not may_take(holder, woken, ARGV[1], ARGV[5]) then\n"
 	"  return refusal(KEYS[1], holder, ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6] == 'front')\n"
@@ -265,10 +296,7 @@ RedisScript acquire_set_script = {
 	"end\n"
 	"local last, woken = {}, {}\n"
 	"for i = 1, n do\n"
-	"  local holder = redis.pcall('GET', KEYS[2 * i - 1])\n"
-	"  if type(holder) == 'table' then\n"
-	"    return only(i, holder)\n"
-	"  end\n"
+	"  local holder = holder_of(KEYS[2 * i - 1], ARGV[1])\n"
 	"  woken[i] = not holder and woken_waiter(ARGV[2 + i])\n"
 	"  if not may_take(holder, woken[i], ARGV[1]) then\n"
 	"    return only(i, refusal(KEYS[2 * i - 1], holder, ARGV[2], nil, ARGV[2 + i]))\n"
@@ -291,9 +319,9 @@ RedisScript acquire_set_script = {
 /*
  * Release one lock, which the release of one lock and the release of a
  * set share: delete the lock only if it is still ours, and wake its first
- * waiter (ANNOUNCE_RELEASE).  Returns 1 when deleted, 0 when not, or the
- * error reply of a command that failed, so that a script that releases
- * several locks answers for each.
+ * waiter (ANNOUNCE_RELEASE).  Returns 1 when deleted, 0 when not (readers
+ * hold it, for one), or the error reply of a command that failed, so that
+ * a script that releases several locks answers for each.
  *
  * A backend that waits no more for the lock (its wait gave up, or it holds
  * the lock) names its wake channel (leaving), and leaves the queue.  A
@@ -311,7 +339,7 @@ RedisScript acquire_set_script = {
 	"  local popped = leaving and redis.pcall('LREM', waiters, 0, leaving) == 0\n" \
 	"  local holder = redis.pcall('GET', lock)\n" \
 	"  if type(holder) == 'table' then\n" \
-	"    return holder\n" \
+	"    return string.find(holder.err, 'WRONGTYPE', 1, true) and 0 or holder\n" \
 	"  end\n" \
 	"  if holder ~= owner then\n" \
 	"    if popped and not holder then\n" \
@@ -377,7 +405,7 @@ RedisScript release_set_script = {
 RedisScript abandon_script = {
 	"abandon",
 	ANNOUNCE_RELEASE
-	"if redis.call('GET', KEYS[1]) ~= ARGV[1] then\n"
+	"if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then\n"
 	"  return 0\n"
 	"end\n"
 	"redis.call('DEL', KEYS[1], KEYS[2])\n"
@@ -404,7 +432,7 @@ RedisScript abandon_script = {
  */
 RedisScript extend_script = {
 	"extend",
-	"if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+	"if redis.pcall('GET', KEYS[1]) == ARGV[1] then\n"
 	"  local fence = ARGV[3] and redis.call('GET', KEYS[2])\n"
 	"  if fence and fence ~= ARGV[3] then\n"
 	"    return 0\n"
@@ -574,9 +602,9 @@ RedisScript stock_set_script = {
 	"end\n"
 
 /*
- * Make a semaphore live ttl ms at least, as long as the longest lease of
- * its permits: one that had no live permit before (fresh) gets ttl,
- * without a look at its expiry.
+ * Make a sorted set of holds live ttl ms at least, as long as the longest
+ * lease of its members: one that had no live member before (fresh) gets
+ * ttl, without a look at its expiry.
  */
 #define KEEP_KEY \
 	"local function keep_key(key, ttl, fresh)\n" \
@@ -592,10 +620,10 @@ RedisScript stock_set_script = {
  * the client's.
  */
 #define PERMIT_CLOCK \
+	NOW_MS \
 	KEEP_KEY \
 	"local function expire_permits(key, ttl)\n" \
-	"  local t = redis.call('TIME')\n" \
-	"  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n" \
+	"  local now = now_ms()\n" \
 	"  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - ttl))\n" \
 	"  return now\n" \
 	"end\n" \
@@ -752,6 +780,179 @@ RedisScript semaphore_extend_script = {
 	"return 1\n"
 };
 
+/*
+ * A lock's readers: while a lock is held in shared mode its key is a
+ * sorted set of the readers' owner tokens, each scored by the end of its
+ * lease in ms on Redis' clock, and the key itself expires with the last
+ * lease; readers whose lease ended are removed before anyone counts them.
+ * So a plain SET NX locker (redis-py, redsync) finds the key taken while
+ * anyone reads, and a reader finds a string key taken by its writer.  A
+ * reader is renewed by scoring it anew (the key's expiry only ever moves
+ * later).  lock_readers() returns the string value of a writer, or nil and
+ * the live readers (after expiring the others); an exclusive acquire that
+ * finds no reader but this backend's own converts the key (an upgrade).
+ */
+#define LOCK_READERS \
+	NOW_MS \
+	KEEP_KEY \
+	"local function lock_readers(key)\n" \
+	"  local value = redis.pcall('GET', key)\n" \
+	"  if type(value) ~= 'table' then\n" \
+	"    return value or nil\n" \
+	"  end\n" \
+	"  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now_ms()))\n" \
+	"  return nil, redis.call('ZRANGE', key, 0, -1)\n" \
+	"end\n" \
+	"local function read_until(key, token, ttl, fresh)\n" \
+	"  redis.call('ZADD', key, string.format('%d', now_ms() + ttl), token)\n" \
+	"  keep_key(key, ttl, fresh)\n" \
+	"end\n"
+
+/*
+ * Take a lock in shared mode: add this backend's owner token to its
+ * readers, unless a writer holds it (a string key that is not ours; ours
+ * is the exclusive hold of this backend, which covers a shared one), a
+ * release has handed it to a woken waiter, or, while others read, someone
+ * waits in the queue ahead of this backend: so a stream of readers cannot
+ * starve a writer that waits, here or elsewhere.  A reader granted wakes
+ * the next waiter, which may read too: a writer's release so wakes the
+ * readers queued at the front one after the other, and a writer woken so,
+ * refused, keeps the front of the queue, so that readers that come later
+ * wait behind it.  Refusals queue and answer as the acquire script's do.
+ * KEYS: lock.  ARGV: owner token, ttl in ms, waiters, handoff[, wake
+ * channel[, "front"]].  Returns 1 when taken.
+ */
+RedisScript shared_acquire_script = {
+	"shared_acquire",
+	ANNOUNCE_RELEASE
+	WOKEN_WAITER
+	QUEUE_WAITER
+	LOCK_READERS
+	"local ttl = tonumber(ARGV[2])\n"
+	"local writer, readers = lock_readers(KEYS[1])\n"
+	"local woken = not writer and woken_waiter(ARGV[4])\n"
+	"local first = readers and #readers > 0 and not woken and redis.pcall('LINDEX', ARGV[3], 0)\n"
+	"local behind = type(first) == 'string' and first ~= ARGV[5]\n"
+	"if (writer and writer ~= ARGV[1]) or (woken and woken ~= ARGV[5]) or behind then\n"
+	"  local pttl = (writer or behind) and redis.call('PTTL', KEYS[1]) or redis.pcall('PTTL', ARGV[4])\n"
+	"  if type(pttl) ~= 'number' or pttl < 0 then\n"
+	"    pttl = 2147483647\n"
+	"  end\n"
+	"  if ARGV[5] then\n"
+	"    queue_waiter(ARGV[3], ARGV[5], ARGV[6] == 'front', pttl, ttl)\n"
+	"  end\n"
+	"  local foreign = writer and string.sub(writer, 1, 3) ~= 'pg:' and 1 or 0\n"
+	"  return -1 - (2 * pttl + foreign)\n"
+	"end\n"
+	"if writer then\n"
+	"  if redis.call('PTTL', KEYS[1]) < ttl then\n"
+	"    redis.call('PEXPIRE', KEYS[1], ttl)\n"
+	"  end\n"
+	"  return 1\n"
+	"end\n"
+	"read_until(KEYS[1], ARGV[1], ttl, not readers or #readers == 0)\n"
+	"if ARGV[5] then\n"
+	"  redis.pcall('LREM', ARGV[3], 0, ARGV[5])\n"
+	"end\n"
+	"if woken then\n"
+	"  redis.pcall('DEL', ARGV[4])\n"
+	"end\n"
+	"announce(ARGV[3], ARGV[4])\n"
+	"return 1\n"
+};
+
+/*
+ * End this backend's shared hold of a lock in Redis: remove its reader,
+ * and wake the first waiter when it was the last.  A string key of ours is
+ * this backend's exclusive hold: kept while that hold lasts (keep), else
+ * deleted, as a release of it.  Returns 1 when the hold was still ours (a
+ * live reader, or our string), 0 when its lease was lost.  A backend that
+ * waits no more names its wake channel, as for release_script.
+ * KEYS: lock.  ARGV: owner token, waiters, handoff, keep ("1" or "0")[,
+ * wake channel of the releasing backend].
+ */
+RedisScript shared_release_script = {
+	"shared_release",
+	ANNOUNCE_RELEASE
+	WOKEN_WAITER
+	LOCK_READERS
+	"local leaving = ARGV[5]\n"
+	"local popped = leaving and redis.pcall('LREM', ARGV[2], 0, leaving) == 0\n"
+	"local writer, readers = lock_readers(KEYS[1])\n"
+	"if writer then\n"
+	"  if writer ~= ARGV[1] then\n"
+	"    return 0\n"
+	"  end\n"
+	"  if ARGV[4] ~= '1' then\n"
+	"    redis.call('DEL', KEYS[1])\n"
+	"    announce(ARGV[2], ARGV[3])\n"
+	"  end\n"
+	"  return 1\n"
+	"end\n"
+	"local ours = redis.call('ZREM', KEYS[1], ARGV[1])\n"
+	"if readers and #readers == ours then\n"
+	"  announce(ARGV[2], ARGV[3])\n"
+	"elseif not readers and popped then\n"
+	"  local woken = woken_waiter(ARGV[3])\n"
+	"  if woken == leaving then\n"
+	"    redis.pcall('DEL', ARGV[3])\n"
+	"  end\n"
+	"  if not woken or woken == leaving then\n"
+	"    announce(ARGV[2], ARGV[3])\n"
+	"  end\n"
+	"end\n"
+	"return ours\n"
+};
+
+/*
+ * Renew this backend's shared hold of a lock: score its reader anew, if it
+ * is still a live reader; or, while the key is our string (this backend's
+ * exclusive hold covers the shared one), make its lease last ttl at least.
+ * Returns 1 when renewed.
+ * KEYS: lock.  ARGV: owner token, ttl in ms.
+ */
+RedisScript shared_extend_script = {
+	"shared_extend",
+	LOCK_READERS
+	"local ttl = tonumber(ARGV[2])\n"
+	"local writer, readers = lock_readers(KEYS[1])\n"
+	"if writer then\n"
+	"  if writer ~= ARGV[1] then\n"
+	"    return 0\n"
+	"  end\n"
+	"  if redis.call('PTTL', KEYS[1]) < ttl then\n"
+	"    redis.call('PEXPIRE', KEYS[1], ttl)\n"
+	"  end\n"
+	"  return 1\n"
+	"end\n"
+	"if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then\n"
+	"  return 0\n"
+	"end\n"
+	"read_until(KEYS[1], ARGV[1], ttl, false)\n"
+	"return 1\n"
+};
+
+/*
+ * The last exclusive hold of a lock ends while this backend still holds it
+ * in shared mode: turn our string key into the readers' set, with us its
+ * only reader for a lease of ttl, and wake the first waiter, which may
+ * read too.  Returns 1 when the key was ours, else 0 (the lease was lost).
+ * KEYS: lock.  ARGV: owner token, ttl in ms of the shared hold, waiters,
+ * handoff.
+ */
+RedisScript downgrade_script = {
+	"downgrade",
+	ANNOUNCE_RELEASE
+	LOCK_READERS
+	"if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then\n"
+	"  return 0\n"
+	"end\n"
+	"redis.call('DEL', KEYS[1])\n"
+	"read_until(KEYS[1], ARGV[1], tonumber(ARGV[2]), true)\n"
+	"announce(ARGV[3], ARGV[4])\n"
+	"return 1\n"
+};
+
 /* Hex SHA-1 of a script body, as Redis computes it for EVALSHA */
 static void
 compute_sha1(RedisScript *script)
@@ -785,6 +986,10 @@ redislock_init_scripts(void)
 	compute_sha1(&semaphore_acquire_script);
 	compute_sha1(&semaphore_release_script);
 	compute_sha1(&semaphore_extend_script);
+	compute_sha1(&shared_acquire_script);
+	compute_sha1(&shared_release_script);
+	compute_sha1(&shared_extend_script);
+	compute_sha1(&downgrade_script);
 	compute_sha1(&stock_decr_script);
 	compute_sha1(&stock_giveback_script);
 	compute_sha1(&stock_set_script);

@@ -35,6 +35,9 @@ typedef enum RedisStat
 	REDIS_STAT_SEMAPHORE_ACQUIRES,	/* semaphore permits taken */
 	REDIS_STAT_SEMAPHORE_WAITS, /* semaphore acquires that waited */
 	REDIS_STAT_SEMAPHORE_TIMEOUTS,	/* their waits that ended without */
+	REDIS_STAT_SHARED_ACQUIRES, /* locks taken in shared mode */
+	REDIS_STAT_SHARED_WAITS,	/* shared acquires that waited */
+	REDIS_STAT_SHARED_TIMEOUTS, /* their waits that ended without */
 	REDIS_NUM_STATS
 } RedisStat;
 

@@ -69,25 +69,20 @@ attempt_deadline(TimestampTz start, int wait_ms)
 }
 
 /*
- * The counter of redis_stats() for what befell an acquire of lock:
- * stat, which counts exclusive locks, or its semaphores' twin
+ * The counter of redis_stats() for what befell an acquire of lock: stat
+ * (an acquire, a wait, a timeout), which counts exclusive locks, or its
+ * twin of the lock's mode, which follows the same order
  */
 static RedisStat
 kind_stat(const HeldLock *lock, RedisStat stat)
 {
-	if (lock->mode != LOCK_MODE_SEMAPHORE)
-		return stat;
-	switch (stat)
-	{
-		case REDIS_STAT_ACQUIRES:
-			return REDIS_STAT_SEMAPHORE_ACQUIRES;
-		case REDIS_STAT_ACQUIRE_WAITS:
-			return REDIS_STAT_SEMAPHORE_WAITS;
-		case REDIS_STAT_ACQUIRE_TIMEOUTS:
-			return REDIS_STAT_SEMAPHORE_TIMEOUTS;
-		default:
-			return stat;
-	}
+	Assert(stat == REDIS_STAT_ACQUIRES || stat == REDIS_STAT_ACQUIRE_WAITS ||
+		   stat == REDIS_STAT_ACQUIRE_TIMEOUTS);
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		return REDIS_STAT_SEMAPHORE_ACQUIRES + (stat - REDIS_STAT_ACQUIRES);
+	if (lock->mode == LOCK_MODE_SHARED)
+		return REDIS_STAT_SHARED_ACQUIRES + (stat - REDIS_STAT_ACQUIRES);
+	return stat;
 }
 
 /*
@@ -124,7 +119,7 @@ abandon_lock(HeldLock *lock, const RedisCall *wait)
 {
 	RedisCall	call;
 
-	if (lock->mode == LOCK_MODE_SEMAPHORE)
+	if (lock->mode != LOCK_MODE_EXCLUSIVE || other_mode_holds(lock))
 		prepare_attempt_release(&call, lock, false);
 	else
 	{
@@ -188,8 +183,9 @@ read_refusal(long long answer, Refusal *refusal)
 
 /*
  * Make call the acquire script of lock, but for the waiter's arguments: a
- * lock's, or a semaphore's, which asks for the permits wanted above those
- * held, and may leave them behind from then on (permits_reserved)
+ * lock's, in its mode, or a semaphore's, which asks for the permits wanted
+ * above those held, and may leave them behind from then on
+ * (permits_reserved)
  */
 static void
 prepare_acquire_call(RedisCall *call, HeldLock *lock, int ttl_ms)
@@ -209,8 +205,17 @@ prepare_acquire_call(RedisCall *call, HeldLock *lock, int ttl_ms)
 									 lock->permits + lock->wait_permits);
 		return;
 	}
-	lock_call_init(call, lock, &acquire_script);
-	add_lock_keys(call, lock);
+	if (lock->mode == LOCK_MODE_SHARED)
+	{
+		lock_call_init(call, lock, &shared_acquire_script);
+		call->nkeys = 1;
+		redis_call_arg(call, lock->tag.key, lock->tag.keylen);
+	}
+	else
+	{
+		lock_call_init(call, lock, &acquire_script);
+		add_lock_keys(call, lock);
+	}
 	add_token_arg(call);
 	redis_call_int_arg(call, ttl_ms);
 	add_queue_args(call, lock);
@@ -294,9 +299,9 @@ static bool
 take_attempt(HeldLock *lock, RedisCall *call, RedisCall *wait, int ttl_ms,
 			 TimestampTz start, Refusal *refusal)
 {
-	bool		granted = lock->mode == LOCK_MODE_SEMAPHORE ?
-		call->reply_type == REDIS_REPLY_INTEGER && call->integer == 1 :
-		call->reply_type == REDIS_REPLY_STRING;
+	bool		granted = lock->mode == LOCK_MODE_EXCLUSIVE ?
+		call->reply_type == REDIS_REPLY_STRING :
+		call->reply_type == REDIS_REPLY_INTEGER && call->integer == 1;
 
 	if (granted && redis_conn_decides_by_quorum(lock->conn) &&
 		!renewed_in_time(lock, ttl_ms, start))

@@ -60,7 +60,7 @@ lock_tag_hash(const void *key, Size keysize)
 {
 	const LockTag *tag = (const LockTag *) key;
 
-	return hash_combine(murmurhash32(tag->serverid),
+	return hash_combine(murmurhash32(tag->serverid) ^ tag->mode,
 						hash_bytes((const unsigned char *) tag->key,
 								   tag->keylen));
 }
@@ -71,7 +71,8 @@ lock_tag_compare(const void *key1, const void *key2, Size keysize)
 	const LockTag *a = (const LockTag *) key1;
 	const LockTag *b = (const LockTag *) key2;
 
-	if (a->serverid != b->serverid || a->keylen != b->keylen)
+	if (a->serverid != b->serverid || a->keylen != b->keylen ||
+		a->mode != b->mode)
 		return 1;
 	return memcmp(a->key, b->key, a->keylen);
 }
@@ -94,8 +95,9 @@ init_held_locks(void)
 							 HASH_CONTEXT);
 }
 
+/* This backend's entry for the lock of key rkey in mode, or NULL */
 HeldLock *
-find_lock(Oid serverid, const char *rkey, int rkeylen)
+find_lock(Oid serverid, const char *rkey, int rkeylen, LockMode mode)
 {
 	LockTag		tag;
 
@@ -104,7 +106,26 @@ find_lock(Oid serverid, const char *rkey, int rkeylen)
 	tag.serverid = serverid;
 	tag.keylen = rkeylen;
 	tag.key = rkey;
+	tag.mode = mode;
 	return (HeldLock *) hash_search(held_locks, &tag, HASH_FIND, NULL);
+}
+
+/*
+ * Does this backend hold the lock in the other of the modes exclusive and
+ * shared?  Its exclusive hold covers its shared one in Redis, and the end
+ * of the last exclusive hold leaves the shared ones there.
+ */
+bool
+other_mode_holds(const HeldLock *lock)
+{
+	HeldLock   *other;
+
+	if (lock->mode == LOCK_MODE_SEMAPHORE)
+		return false;
+	other = find_lock(lock->tag.serverid, lock->tag.key, lock->tag.keylen,
+					  lock->mode == LOCK_MODE_SHARED ?
+					  LOCK_MODE_EXCLUSIVE : LOCK_MODE_SHARED);
+	return other != NULL && total_holds(other) > 0;
 }
 
 /* The current transaction has holds or work at transaction end on lock */
@@ -155,6 +176,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, LockMode mode,
 	tag.serverid = conn->serverid;
 	tag.keylen = rkeylen;
 	tag.key = MemoryContextStrdup(locks_cxt, rkey);
+	tag.mode = mode;
 	lock = (HeldLock *) hash_search(held_locks, &tag, HASH_ENTER, &found);
 	Assert(!found);
 
@@ -451,13 +473,14 @@ pass_permit_holds(HeldLock *lock, int level)
 /*
  * The group of locks that one script call may name with lock: its server,
  * and its group there (redis_conn_script_group()), -1 when it goes alone,
- * as a semaphore does, whose calls are its own.  A release must run even
- * while a Cluster migrates the slot.
+ * as a semaphore and a shared hold do, whose calls are their own, and the
+ * release of an exclusive hold that leaves a shared one.  A release must
+ * run even while a Cluster migrates the slot.
  */
 static int
 script_group(const HeldLock *lock, bool release)
 {
-	if (lock->mode != LOCK_MODE_EXCLUSIVE)
+	if (lock->mode != LOCK_MODE_EXCLUSIVE || (release && other_mode_holds(lock)))
 		return -1;
 	return redis_conn_script_group(lock->conn, lock->slot, release);
 }
@@ -651,7 +674,12 @@ add_token_arg(RedisCall *call)
 }
 
 /*
- * Make call the release of lock.  A backend that waits no more for it
+ * Make call the release of lock in Redis, which answers 1 when the lock
+ * was still ours: a semaphore gives back every permit it may have left; a
+ * shared hold leaves the readers, or, covered by an exclusive hold of
+ * ours, leaves the key as it is while that lasts; an exclusive hold
+ * deletes the key, or, while a shared hold of ours stays, turns it into
+ * our reader (downgrade_script).  A backend that waits no more for it
  * (waits_no_more: its wait gave up, or it holds the lock) leaves the
  * waiters' queue in the same step, and ends a hand-off to it, when it
  * waited for the lock: release_script says why.
@@ -659,6 +687,8 @@ add_token_arg(RedisCall *call)
 void
 prepare_release(RedisCall *call, HeldLock *lock, bool waits_no_more)
 {
+	bool		other_holds = other_mode_holds(lock);
+
 	if (lock->mode == LOCK_MODE_SEMAPHORE)
 	{
 		prepare_permit_release(call, lock, 0,
@@ -666,11 +696,28 @@ prepare_release(RedisCall *call, HeldLock *lock, bool waits_no_more)
 							   lock->permits, waits_no_more);
 		return;
 	}
-	lock_call_init(call, lock, &release_script);
+	if (lock->mode == LOCK_MODE_EXCLUSIVE && other_holds)
+	{
+		HeldLock   *reader = find_lock(lock->tag.serverid, lock->tag.key,
+									   lock->tag.keylen, LOCK_MODE_SHARED);
+
+		lock_call_init(call, lock, &downgrade_script);
+		call->nkeys = 1;
+		add_lock_key(call, lock);
+		add_token_arg(call);
+		redis_call_int_arg(call, reader->ttl_ms);
+		add_queue_args(call, lock);
+		call->origin = lock;
+		return;
+	}
+	lock_call_init(call, lock, lock->mode == LOCK_MODE_SHARED ?
+				   &shared_release_script : &release_script);
 	call->nkeys = 1;
 	add_lock_key(call, lock);
 	add_token_arg(call);
 	add_queue_args(call, lock);
+	if (lock->mode == LOCK_MODE_SHARED)
+		redis_call_arg(call, other_holds ? "1" : "0", 1);
 	if (waits_no_more && lock->wake_channel != NULL)
 		redis_call_arg(call, lock->wake_channel, lock->wake_channellen);
 	call->origin = lock;

@@ -153,8 +153,26 @@ semaphore_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 }
 
 /*
+ * Make call the script that renews the reader that token is of a lock held
+ * in shared mode, to ttl_ms, if it still reads (or holds the key as its
+ * writer): for the same callers as lock_extend_call().  The strings must
+ * outlive the call.
+ */
+void
+shared_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
+				   int rkeylen, int slot, const char *token, int ttl_ms)
+{
+	redis_call_init(call, conn, &shared_extend_script);
+	call->slot = slot;
+	call->nkeys = 1;
+	redis_call_arg(call, rkey, rkeylen);
+	redis_call_arg(call, token, strlen(token));
+	redis_call_int_arg(call, ttl_ms);
+}
+
+/*
  * Make call the script that resets the lease of lock to ttl_ms if ours: a
- * lock's key, or a semaphore's permits
+ * lock's key, its reader, or a semaphore's permits
  */
 void
 prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
@@ -164,6 +182,9 @@ prepare_extend(RedisCall *call, HeldLock *lock, int ttl_ms)
 							  lock->tag.keylen, lock->slot,
 							  conn_owner_token(lock->conn), lock->permits,
 							  ttl_ms);
+	else if (lock->mode == LOCK_MODE_SHARED)
+		shared_extend_call(call, lock->conn, lock->tag.key, lock->tag.keylen,
+						   lock->slot, conn_owner_token(lock->conn), ttl_ms);
 	else
 		lock_extend_call(call, lock->conn, lock->tag.key, lock->tag.keylen,
 						 lock->slot, lock->fence_key, lock->fence_keylen,

@@ -31,12 +31,15 @@ extern void locks_end_subxact(RedisBatch *batch, int level, bool commit);
 
 /*
  * The kinds of lock: an exclusive lock is a string key carrying its
- * holder's owner token; a semaphore is a sorted set with one member per
- * permit held, as redis-semaphore keeps it.
+ * holder's owner token; a lock held in shared mode is a sorted set of its
+ * readers' owner tokens; a semaphore is a sorted set with one member per
+ * permit held, as redis-semaphore keeps it.  A backend's exclusive and
+ * shared holds of one key are two entries, which share the key in Redis.
  */
 typedef enum LockMode
 {
 	LOCK_MODE_EXCLUSIVE,
+	LOCK_MODE_SHARED,
 	LOCK_MODE_SEMAPHORE
 } LockMode;
 
@@ -49,6 +52,9 @@ extern void lock_extend_call(RedisCall *call, RedisConn *conn,
 extern void semaphore_extend_call(RedisCall *call, RedisConn *conn,
 								  const char *rkey, int rkeylen, int slot,
 								  const char *token, int permits, int ttl_ms);
+extern void shared_extend_call(RedisCall *call, RedisConn *conn,
+							   const char *rkey, int rkeylen, int slot,
+							   const char *token, int ttl_ms);
 extern TimestampTz lock_lease_end(const RedisConn *conn, int ttl_ms,
 								  TimestampTz start);
 
@@ -193,12 +199,16 @@ extern void wake_close(RedisConn *conn);
  * lease.c, acquire.c, then lockfuncs.c, lockview.c and lockend.c.
  */
 
-/* What identifies a lock: the foreign server and the full Redis key */
+/*
+ * What identifies a lock: the foreign server, the full Redis key, and the
+ * mode of the holds
+ */
 typedef struct LockTag
 {
 	Oid			serverid;
 	int			keylen;
 	const char *key;
+	LockMode	mode;
 } LockTag;
 
 /* Transaction holds taken at one subtransaction nesting level */
@@ -276,7 +286,9 @@ typedef struct HeldLock
 extern HTAB *held_locks;
 extern dlist_head touched_locks;
 extern const char *lock_endpoint(const HeldLock *lock);
-extern HeldLock *find_lock(Oid serverid, const char *rkey, int rkeylen);
+extern HeldLock *find_lock(Oid serverid, const char *rkey, int rkeylen,
+						   LockMode mode);
+extern bool other_mode_holds(const HeldLock *lock);
 extern void touch_lock(HeldLock *lock);
 extern void untouch_lock(HeldLock *lock);
 extern HeldLock *create_lock(RedisConn *conn, const char *rkey, int rkeylen,

@@ -29,6 +29,9 @@
 
 PG_FUNCTION_INFO_V1(redis_lock_acquire);
 PG_FUNCTION_INFO_V1(redis_lock_acquire_session);
+PG_FUNCTION_INFO_V1(redis_lock_acquire_shared);
+PG_FUNCTION_INFO_V1(redis_lock_acquire_shared_session);
+PG_FUNCTION_INFO_V1(redis_lock_release_shared);
 PG_FUNCTION_INFO_V1(redis_lock_acquire_all);
 PG_FUNCTION_INFO_V1(redis_lock_acquire_all_session);
 PG_FUNCTION_INFO_V1(redis_lock_release);
@@ -87,12 +90,12 @@ validated_permits(FunctionCallInfo fcinfo, int argno, const char *name,
 }
 
 /*
- * The held lock for the key argument; *conn_out and *rkey_out receive the
- * server's connection and the Redis key.  NULL when the backend has no
- * entry for it.
+ * The held lock in mode for the key argument; *conn_out and *rkey_out
+ * receive the server's connection and the Redis key.  NULL when the
+ * backend has no such entry.
  */
 static HeldLock *
-lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
+lookup_key_arg(FunctionCallInfo fcinfo, LockMode mode, RedisConn **conn_out,
 			   char **rkey_out, int *rkeylen_out)
 {
 	text	   *key = redis_key_arg(fcinfo, 0);
@@ -107,37 +110,37 @@ lookup_key_arg(FunctionCallInfo fcinfo, RedisConn **conn_out,
 		*rkey_out = rkey;
 	if (rkeylen_out)
 		*rkeylen_out = rkeylen;
-	return find_lock(conn->serverid, rkey, rkeylen);
-}
-
-/* The held lock for the key argument if it is of kind mode, else NULL */
-static HeldLock *
-lookup_kind_arg(FunctionCallInfo fcinfo, LockMode mode)
-{
-	HeldLock   *lock = lookup_key_arg(fcinfo, NULL, NULL, NULL);
-
-	return lock != NULL && lock->mode == mode ? lock : NULL;
+	return find_lock(conn->serverid, rkey, rkeylen, mode);
 }
 
 /*
- * A key that this backend holds or awaits as one kind of lock cannot be
- * taken as another: in Redis a lock is a string and a semaphore a sorted
- * set.
+ * A key that this backend holds or awaits as a semaphore cannot be taken
+ * as a lock, in either mode, nor the other way round: in Redis a
+ * semaphore's permits and a lock's readers would mix in one sorted set.
  */
 static void
-check_mode(const HeldLock *lock, LockMode mode)
+check_kind(RedisConn *conn, const char *rkey, int rkeylen, LockMode mode)
 {
-	if (lock == NULL || lock->mode == mode)
+	HeldLock   *other;
+
+	if (mode != LOCK_MODE_SEMAPHORE)
+	{
+		other = find_lock(conn->serverid, rkey, rkeylen, LOCK_MODE_SEMAPHORE);
+		if (other != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+					 errmsg("Redis key \"%s\" is a semaphore of this session, not a lock",
+							user_key(other))));
 		return;
-	if (lock->mode == LOCK_MODE_SEMAPHORE)
+	}
+	other = find_lock(conn->serverid, rkey, rkeylen, LOCK_MODE_EXCLUSIVE);
+	if (other == NULL)
+		other = find_lock(conn->serverid, rkey, rkeylen, LOCK_MODE_SHARED);
+	if (other != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("Redis key \"%s\" is a semaphore of this session, not a lock",
-						user_key(lock))));
-	ereport(ERROR,
-			(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-			 errmsg("Redis key \"%s\" is a lock of this session, not a semaphore",
-					user_key(lock))));
+				 errmsg("Redis key \"%s\" is a lock of this session, not a semaphore",
+						user_key(other))));
 }
 
 /*
@@ -205,24 +208,57 @@ hold_granted(HeldLock *lock, bool session, int permits)
 	ask_for_renewal(lock);
 }
 
+/*
+ * A shared hold of a lock that this backend holds exclusively (writer):
+ * its exclusive hold covers the shared one in Redis, so it is only
+ * confirmed and renewed there, as a second acquire of it would be, and
+ * the shared entry shares its lease.
+ */
+static HeldLock *
+share_own_lock(HeldLock *writer, HeldLock *lock, bool session, int ttl_ms)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	(void) renew_held_lock(writer, ttl_ms, ERROR);
+	publish_lock(writer);
+	lock = lock_to_await(lock, writer->conn, writer->tag.key,
+						 writer->tag.keylen, LOCK_MODE_SHARED, session);
+	lock->in_redis = true;
+	lock->acquired_at = start;
+	set_lease(lock, ttl_ms, start);
+	note_granted(lock);
+	return lock;
+}
+
+/*
+ * A hold of a lock in mode, exclusive or shared.  A backend's own holds
+ * never conflict: holds of the same mode stack (confirmed and renewed in
+ * Redis), a shared hold joins an exclusive one (share_own_lock()), and an
+ * exclusive acquire takes over a lock that only this backend reads.
+ */
 static bool
-acquire_lock(FunctionCallInfo fcinfo, bool session)
+acquire_lock(FunctionCallInfo fcinfo, LockMode mode, bool session)
 {
 	int			ttl_ms = validated_ms(fcinfo, 1, false);
 	int			wait_ms = validated_ms(fcinfo, 2, true);
 	RedisConn  *conn;
 	char	   *rkey;
 	int			rkeylen;
-	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, &rkey, &rkeylen);
+	HeldLock   *lock = lookup_key_arg(fcinfo, mode, &conn, &rkey, &rkeylen);
+	HeldLock   *writer;
 
-	check_mode(lock, LOCK_MODE_EXCLUSIVE);
+	check_kind(conn, rkey, rkeylen, mode);
 	check_ttl_for_server(conn, ttl_ms);
 	if (lock != NULL && total_holds(lock) > 0)
 		(void) renew_held_lock(lock, ttl_ms, ERROR);
+	else if (mode == LOCK_MODE_SHARED &&
+			 (writer = find_lock(conn->serverid, rkey, rkeylen,
+								 LOCK_MODE_EXCLUSIVE)) != NULL &&
+			 total_holds(writer) > 0)
+		lock = share_own_lock(writer, lock, session, ttl_ms);
 	else
 	{
-		lock = lock_to_await(lock, conn, rkey, rkeylen, LOCK_MODE_EXCLUSIVE,
-							 session);
+		lock = lock_to_await(lock, conn, rkey, rkeylen, mode, session);
 		if (!acquire_in_redis(lock, ttl_ms, wait_ms))
 		{
 			remove_lock(lock);
@@ -241,14 +277,34 @@ acquire_lock(FunctionCallInfo fcinfo, bool session)
 Datum
 redis_lock_acquire(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire_lock(fcinfo, false));
+	PG_RETURN_BOOL(acquire_lock(fcinfo, LOCK_MODE_EXCLUSIVE, false));
 }
 
 /* redis_lock_acquire_session(key, ttl_ms, wait_ms): held until released */
 Datum
 redis_lock_acquire_session(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(acquire_lock(fcinfo, true));
+	PG_RETURN_BOOL(acquire_lock(fcinfo, LOCK_MODE_EXCLUSIVE, true));
+}
+
+/*
+ * redis_lock_acquire_shared(key, ttl_ms, wait_ms): a lock held in shared
+ * mode until the end of the transaction
+ */
+Datum
+redis_lock_acquire_shared(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_lock(fcinfo, LOCK_MODE_SHARED, false));
+}
+
+/*
+ * redis_lock_acquire_shared_session(key, ttl_ms, wait_ms): held in shared
+ * mode until released
+ */
+Datum
+redis_lock_acquire_shared_session(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(acquire_lock(fcinfo, LOCK_MODE_SHARED, true));
 }
 
 /* A Redis key of a multi-key acquire: its lock's key, and where it came */
@@ -357,9 +413,9 @@ acquire_lock_set(FunctionCallInfo fcinfo, bool session)
 	for (i = 0; i < nkeys; i++)
 	{
 		HeldLock   *lock = find_lock(conn->serverid, keys[i].rkey,
-									 keys[i].rkeylen);
+									 keys[i].rkeylen, LOCK_MODE_EXCLUSIVE);
 
-		check_mode(lock, LOCK_MODE_EXCLUSIVE);
+		check_kind(conn, keys[i].rkey, keys[i].rkeylen, LOCK_MODE_EXCLUSIVE);
 		if (lock != NULL && total_holds(lock) > 0)
 			(void) renew_held_lock(lock, ttl_ms, ERROR);
 		else
@@ -400,36 +456,54 @@ redis_lock_acquire_all_session(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(acquire_lock_set(fcinfo, true));
 }
 
+/*
+ * The WARNING of a release or an extend of the key argument, which this
+ * backend does not hold in mode: as pg_advisory_unlock() does, an
+ * exclusive release names the shared holds that it leaves alone.
+ */
 static void
-warn_not_held(const char *key)
+warn_not_held(FunctionCallInfo fcinfo, LockMode mode)
 {
-	ereport(WARNING,
-			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-			 errmsg("you do not hold Redis lock \"%s\"", key)));
+	char	   *key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	HeldLock   *reader = mode == LOCK_MODE_EXCLUSIVE ?
+		lookup_key_arg(fcinfo, LOCK_MODE_SHARED, NULL, NULL, NULL) : NULL;
+
+	if (mode == LOCK_MODE_SHARED)
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("you do not hold Redis lock \"%s\" in shared mode",
+						key)));
+	else
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("you do not hold Redis lock \"%s\"", key),
+				 reader != NULL && total_holds(reader) > 0 ?
+				 errdetail("This session holds it in shared mode; redis_lock_release_shared() ends those holds.") : 0));
 }
 
 /*
- * redis_lock_release(key): end one hold.  The last hold deletes the key in
- * Redis, but only if it still carries our token.  Local state changes only
- * once Redis has answered, so a failed release can be retried.
+ * End one hold of the key argument in mode.  The last hold releases the
+ * lock in Redis, but only if it is still ours (prepare_release()).  Local
+ * state changes only once Redis has answered, so a failed release can be
+ * retried.
  */
-Datum
-redis_lock_release(PG_FUNCTION_ARGS)
+static bool
+release_lock(FunctionCallInfo fcinfo, LockMode mode)
 {
-	HeldLock   *lock = lookup_kind_arg(fcinfo, LOCK_MODE_EXCLUSIVE);
+	HeldLock   *lock = lookup_key_arg(fcinfo, mode, NULL, NULL, NULL);
 	RedisCall	call;
 	bool		released;
 
 	if (lock == NULL || total_holds(lock) == 0)
 	{
-		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
-		PG_RETURN_BOOL(false);
+		warn_not_held(fcinfo, mode);
+		return false;
 	}
 	if (total_holds(lock) > 1)
 	{
 		drop_one_hold(lock);
 		publish_lock(lock);
-		PG_RETURN_BOOL(true);
+		return true;
 	}
 
 	prepare_release(&call, lock, true);
@@ -438,7 +512,21 @@ redis_lock_release(PG_FUNCTION_ARGS)
 	if (!released)
 		warn_lost(lock);
 	remove_lock(lock);
-	PG_RETURN_BOOL(released);
+	return released;
+}
+
+/* redis_lock_release(key): end one exclusive hold */
+Datum
+redis_lock_release(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(release_lock(fcinfo, LOCK_MODE_EXCLUSIVE));
+}
+
+/* redis_lock_release_shared(key): end one shared hold */
+Datum
+redis_lock_release_shared(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_BOOL(release_lock(fcinfo, LOCK_MODE_SHARED));
 }
 
 /*
@@ -541,13 +629,13 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 {
 	int			ttl_ms = validated_ms(fcinfo, 1, false);
 	RedisConn  *conn;
-	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, NULL, NULL);
+	HeldLock   *lock = lookup_key_arg(fcinfo, LOCK_MODE_EXCLUSIVE, &conn, NULL,
+									  NULL);
 
 	check_ttl_for_server(conn, ttl_ms);
-	if (lock == NULL || total_holds(lock) == 0 ||
-		lock->mode != LOCK_MODE_EXCLUSIVE)
+	if (lock == NULL || total_holds(lock) == 0)
 	{
-		warn_not_held(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+		warn_not_held(fcinfo, LOCK_MODE_EXCLUSIVE);
 		PG_RETURN_BOOL(false);
 	}
 	if (!renew_held_lock(lock, ttl_ms, WARNING))
@@ -561,7 +649,8 @@ redis_lock_extend(PG_FUNCTION_ARGS)
 Datum
 redis_lock_fence(PG_FUNCTION_ARGS)
 {
-	HeldLock   *lock = lookup_kind_arg(fcinfo, LOCK_MODE_EXCLUSIVE);
+	HeldLock   *lock = lookup_key_arg(fcinfo, LOCK_MODE_EXCLUSIVE, NULL, NULL,
+									  NULL);
 
 	if (lock == NULL || total_holds(lock) == 0)
 		PG_RETURN_NULL();
@@ -580,7 +669,8 @@ redis_lock_fence(PG_FUNCTION_ARGS)
 Datum
 redis_fence_guard(PG_FUNCTION_ARGS)
 {
-	HeldLock   *lock = lookup_kind_arg(fcinfo, LOCK_MODE_EXCLUSIVE);
+	HeldLock   *lock = lookup_key_arg(fcinfo, LOCK_MODE_EXCLUSIVE, NULL, NULL,
+									  NULL);
 	int64		stored = PG_ARGISNULL(1) ? 0 : PG_GETARG_INT64(1);
 
 	if (lock == NULL || total_holds(lock) == 0)
@@ -615,9 +705,10 @@ acquire_semaphore(FunctionCallInfo fcinfo, bool session)
 	RedisConn  *conn;
 	char	   *rkey;
 	int			rkeylen;
-	HeldLock   *lock = lookup_key_arg(fcinfo, &conn, &rkey, &rkeylen);
+	HeldLock   *lock = lookup_key_arg(fcinfo, LOCK_MODE_SEMAPHORE, &conn,
+									  &rkey, &rkeylen);
 
-	check_mode(lock, LOCK_MODE_SEMAPHORE);
+	check_kind(conn, rkey, rkeylen, LOCK_MODE_SEMAPHORE);
 	check_ttl_for_server(conn, ttl_ms);
 	if (lock != NULL && total_holds(lock) > 0)
 		(void) renew_held_lock(lock, ttl_ms, ERROR);
@@ -673,7 +764,8 @@ redis_semaphore_acquire_session(PG_FUNCTION_ARGS)
 Datum
 redis_semaphore_release(PG_FUNCTION_ARGS)
 {
-	HeldLock   *lock = lookup_kind_arg(fcinfo, LOCK_MODE_SEMAPHORE);
+	HeldLock   *lock = lookup_key_arg(fcinfo, LOCK_MODE_SEMAPHORE, NULL, NULL,
+									  NULL);
 	RedisCall	call;
 	int			permits;
 	bool		released;

@@ -774,7 +774,7 @@ locktable_wake_heard(LockTableRef ref, bool del)
 /*
  * redis_blocking_pids(pid): the backends of this server that hold the
  * Redis lock that pid waits for, as pg_blocking_pids() does for
- * PostgreSQL's locks.  Empty when pid waits for none, or only for a lock
+ * PostgreSQL's locks: readers block a writer, and writers anyone.  Empty when pid waits for none, or only for a lock
  * that clients elsewhere hold.
  */
 Datum
@@ -801,7 +801,9 @@ redis_blocking_pids(PG_FUNCTION_ARGS)
 	for (i = 0; waiter != NULL && i < n; i++)
 	{
 		if (!entries[i].state.granted || entries[i].pid == pid ||
-			!same_lock(&entries[i], waiter))
+			!same_lock(&entries[i], waiter) ||
+			(waiter->state.mode == LOCK_MODE_SHARED &&
+			 entries[i].state.mode == LOCK_MODE_SHARED))
 			continue;
 		for (j = 0; j < npids; j++)
 			if (DatumGetInt32(pids[j]) == entries[i].pid)

@@ -41,6 +41,7 @@ typedef struct LockRowHolder
 /* The mode column of redis_locks() */
 static const char *const mode_names[] = {
 	[LOCK_MODE_EXCLUSIVE] = "exclusive",
+	[LOCK_MODE_SHARED] = "shared",
 	[LOCK_MODE_SEMAPHORE] = "semaphore",
 };
 
@@ -64,7 +65,7 @@ put_lock_row(ReturnSetInfo *rsinfo, const LockRowHolder *holder,
 	values[3] = Int64GetDatum(state->fence);
 	values[4] = TimestampTzGetDatum(state->acquired_at);
 	values[5] = TimestampTzGetDatum(holder->lease_expires_at);
-	/* an awaited lock has no fence or lease yet, a semaphore no fence */
+	/* an awaited lock has no fence or lease yet; only a writer has a fence */
 	nulls[3] = !granted || state->mode != LOCK_MODE_EXCLUSIVE;
 	nulls[4] = nulls[5] = !granted;
 	values[6] = Int32GetDatum(holder->pid);

@@ -175,8 +175,8 @@ renewed_hold(const Renewal *renewal)
 /*
  * Make the call that renews a lease, as redis_lock_extend() would: the
  * holder's key and fencing token key, its owner token and its ttl, and
- * the fencing token of the hold renewed; or a semaphore's permits that the
- * holder holds
+ * the fencing token of the hold renewed; or the holder's reader of a lock
+ * held in shared mode, or a semaphore's permits that it holds
  */
 static void
 prepare_renewal(RedisCall *call, Renewal *renewal)
@@ -191,6 +191,13 @@ prepare_renewal(RedisCall *call, Renewal *renewal)
 							  entry->state.session_permits +
 							  entry->state.xact_permits,
 							  entry->state.ttl_ms);
+		call->origin = renewal;
+		return;
+	}
+	if (entry->state.mode == LOCK_MODE_SHARED)
+	{
+		shared_extend_call(call, renewal->conn, entry->key, entry->keylen,
+						   slot, entry->token, entry->state.ttl_ms);
 		call->origin = renewal;
 		return;
 	}

@@ -49,7 +49,7 @@ use Time::HiRes qw(gettimeofday tv_interval usleep);
 
 our @EXPORT_OK = qw(session_query start_query finish_query wait_for_stderr
   wait_until backend_gone key_slot session works node_with_server
-  foreign_attempts crash_restart terminate_backend sleep_for);
+  foreign_attempts crash_restart terminate_backend sleep_for add_server);
 
 # Every Redis started by this script, stopped at END.
 my @all_redis;
@@ -510,6 +510,25 @@ sub node_with_server
 			"ALTER DATABASE postgres SET redislock.server = $server;"));
 	$node->safe_psql('postgres', $opts{sql}) if defined $opts{sql};
 	return $node;
+}
+
+=pod
+
+=head2 add_server($node, $server, $options)
+
+In database C<postgres> of a running node, create a server C<$server> of
+the redislock wrapper with C<$options> (what goes in its OPTIONS list) and
+grant USAGE on it to PUBLIC.
+
+=cut
+
+sub add_server
+{
+	my ($node, $server, $options) = @_;
+	$node->safe_psql('postgres',
+		"CREATE SERVER $server FOREIGN DATA WRAPPER redislock OPTIONS ($options);\n"
+		  . "GRANT USAGE ON FOREIGN SERVER $server TO PUBLIC;");
+	return;
 }
 
 =pod

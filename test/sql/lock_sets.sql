@@ -2,16 +2,8 @@
 \set VERBOSITY terse
 
 -- bad input is refused before Redis is asked anything: 22004 for a null,
--- 22023 otherwise
-CREATE FUNCTION pg_temp.refusal(query text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE query;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
-SELECT q, pg_temp.refusal(q) FROM (VALUES
+-- 22023 otherwise (regress_refusal(): setup.sql)
+SELECT q, regress_refusal(q) FROM (VALUES
 	($$SELECT redis_lock_acquire_all(NULL)$$),
 	($$SELECT redis_lock_acquire_all('{}')$$),
 	($$SELECT redis_lock_acquire_all('{{sets:a,sets:b},{sets:c,sets:d}}')$$),

@@ -4,16 +4,8 @@
 \set redis_port `echo "$REDIS_PORT"`
 
 -- bad input is refused before Redis is asked anything: 22004 for a null,
--- 22023 otherwise
-CREATE FUNCTION pg_temp.refusal(query text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE query;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ' ' || SQLERRM;
-END $$;
-SELECT q, pg_temp.refusal(q) FROM (VALUES
+-- 22023 otherwise (regress_refusal(): setup.sql)
+SELECT q, regress_refusal(q) FROM (VALUES
 	($$SELECT redis_semaphore_acquire(NULL, 3)$$),
 	($$SELECT redis_semaphore_acquire('', 3)$$),
 	($$SELECT redis_semaphore_acquire('sem:a', NULL)$$),
@@ -104,11 +96,11 @@ ROLLBACK;
 \! redis-cli -p $REDIS_PORT ZCARD sem:d
 
 -- a key is a lock or a semaphore, not both
-SELECT pg_temp.refusal($$SELECT redis_lock_acquire('sem:d')$$);
+SELECT regress_refusal($$SELECT redis_lock_acquire('sem:d')$$);
 SELECT redis_lock_release('sem:d');
 SELECT redis_lock_fence('sem:d');
 SELECT redis_lock_acquire_session('sem:lock');
-SELECT pg_temp.refusal($$SELECT redis_semaphore_acquire('sem:lock', 2)$$);
+SELECT regress_refusal($$SELECT redis_semaphore_acquire('sem:lock', 2)$$);
 SELECT redis_semaphore_release('sem:lock');
 
 -- redis_lock_release_all() ends every kind

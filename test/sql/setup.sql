@@ -17,3 +17,14 @@ SELECT name, setting, unit, context FROM pg_settings
 -- the first call connects; nobody holds anything yet
 SELECT redis_lock_acquire('setup:hello');
 SELECT key, scope, holds FROM redis_locks();
+
+-- The SQLSTATE and message of the error a query raises, for the tests that
+-- check that bad input is refused
+CREATE FUNCTION regress_refusal(query text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE query;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ' ' || SQLERRM;
+END $$;

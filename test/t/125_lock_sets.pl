@@ -48,7 +48,7 @@ use RedisClusterTest qw(user_key_on);
 use RedisMasters;
 use RedisSentinel;
 use RedlockTest qw(values_on);
-use RedisLockTest qw(session session_query start_query finish_query works wait_until);
+use RedisLockTest qw(add_server session session_query start_query finish_query works wait_until);
 
 my $t0 = time;
 my $rounds = 100;
@@ -264,12 +264,7 @@ my $ours = qr/\Apg:.*:$pid:[0-9]+:[0-9a-f]{32}\z/;
 # --- Redis Cluster, 3 masters without replicas
 my $cluster = RedisCluster->start_cluster(masters => 3, replicas => 0);
 my @cm = $cluster->masters;
-$node->safe_psql(
-	'postgres', qq{
-	CREATE SERVER rc FOREIGN DATA WRAPPER redislock
-		OPTIONS (cluster '${\$cluster->seeds}', key_prefix 'ls:');
-	GRANT USAGE ON FOREIGN SERVER rc TO PUBLIC;
-});
+add_server($node, 'rc', qq{cluster '${\$cluster->seeds}', key_prefix 'ls:'});
 session_query($s, 'SET redislock.server = rc');
 my @ck = map { user_key_on($cluster, $_, 'ls:', 'k') } @cm;
 my $cset = '{' . join(',', @ck) . '}';
@@ -332,12 +327,7 @@ diag sprintf 'cluster case done after %d s', time - $t0;
 # --- Redlock, 3 masters
 my $masters = RedisMasters->start_masters(3);
 my @m = map { $masters->master($_) } 0 .. 2;
-$node->safe_psql(
-	'postgres', qq{
-	CREATE SERVER rl FOREIGN DATA WRAPPER redislock
-		OPTIONS (redlock '${\$masters->endpoints}', key_prefix 'rl:');
-	GRANT USAGE ON FOREIGN SERVER rl TO PUBLIC;
-});
+add_server($node, 'rl', qq{redlock '${\$masters->endpoints}', key_prefix 'rl:'});
 session_query($s, 'SET redislock.server = rl');
 my @rk = qw(a b c);
 
@@ -402,13 +392,8 @@ diag sprintf 'redlock case done after %d s', time - $t0;
 # --- Sentinel: a master under one Sentinel
 my $group = RedisSentinel->start_sentinel_group(replicas => 0, sentinels => 1);
 my $master = $group->master_port;
-$node->safe_psql(
-	'postgres', qq{
-	CREATE SERVER ha FOREIGN DATA WRAPPER redislock
-		OPTIONS (sentinel '${\$group->sentinels}', sentinel_master '${\$group->master_name}',
-		         key_prefix 'ha:');
-	GRANT USAGE ON FOREIGN SERVER ha TO PUBLIC;
-});
+add_server($node, 'ha',
+	qq{sentinel '${\$group->sentinels}', sentinel_master '${\$group->master_name}', key_prefix 'ha:'});
 session_query($s, 'SET redislock.server = ha');
 works($s, "BEGIN; SELECT redis_lock_acquire_all('{s1,s2}', 60000)", 't',
 	'sentinel: a transaction takes a set of two keys');

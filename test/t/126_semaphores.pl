@@ -35,8 +35,8 @@ use RedisCluster;
 use RedisClusterTest qw(user_key_on);
 use RedisMasters;
 use RedisSentinel;
-use RedisLockTest qw(session session_query start_query finish_query works wait_until
-  sleep_for);
+use RedisLockTest qw(add_server crash_restart session session_query start_query
+  finish_query works wait_until sleep_for);
 
 my $t0 = time;
 my ($out, $err);
@@ -229,9 +229,8 @@ ok(defined wait_until(10, sub { $redis->command('EXISTS', 'exit') eq '0' }),
 works($s, "SELECT redis_semaphore_acquire_session('crash', 1, 1, 1500)", 't',
 	'a session holds the one permit of "crash" with a 1.5 s lease');
 my $killed = [gettimeofday];
-kill 'KILL', $pid;
+ok(crash_restart($node, $pid), 'the node restarts after the crash');
 $s->quit;
-$node->poll_query_until('postgres', 'SELECT true') or die 'the node did not come back';
 eval { $mon->quit };
 $mon = session($node);
 my $s3 = session($node);
@@ -247,12 +246,7 @@ diag sprintf 'single Redis cases done after %d s', time - $t0;
 # --- Redis Cluster, 3 masters without replicas
 my $cluster = RedisCluster->start_cluster(masters => 3, replicas => 0);
 my @cm = $cluster->masters;
-$node->safe_psql(
-	'postgres', qq{
-	CREATE SERVER rc FOREIGN DATA WRAPPER redislock
-		OPTIONS (cluster '${\$cluster->seeds}', key_prefix 'sem:');
-	GRANT USAGE ON FOREIGN SERVER rc TO PUBLIC;
-});
+add_server($node, 'rc', qq{cluster '${\$cluster->seeds}', key_prefix 'sem:'});
 my ($pid3) = session_query($s3, 'SELECT pg_backend_pid()');
 session_query($s3, 'SET redislock.server = rc');
 my $ck = user_key_on($cluster, $cm[1], 'sem:', 'k');
@@ -277,12 +271,7 @@ diag sprintf 'cluster case done after %d s', time - $t0;
 # --- Redlock, 3 masters
 my $masters = RedisMasters->start_masters(3);
 my @m = map { $masters->master($_) } 0 .. 2;
-$node->safe_psql(
-	'postgres', qq{
-	CREATE SERVER rl FOREIGN DATA WRAPPER redislock
-		OPTIONS (redlock '${\$masters->endpoints}', key_prefix 'rl:');
-	GRANT USAGE ON FOREIGN SERVER rl TO PUBLIC;
-});
+add_server($node, 'rl', qq{redlock '${\$masters->endpoints}', key_prefix 'rl:'});
 session_query($s3, 'SET redislock.server = rl');
 
 # How many of our members each master holds, as "n,n,n" ("down" for a
@@ -322,13 +311,8 @@ diag sprintf 'redlock case done after %d s', time - $t0;
 # --- Sentinel: a master under one Sentinel
 my $group = RedisSentinel->start_sentinel_group(replicas => 0, sentinels => 1);
 my $master = $group->master_port;
-$node->safe_psql(
-	'postgres', qq{
-	CREATE SERVER ha FOREIGN DATA WRAPPER redislock
-		OPTIONS (sentinel '${\$group->sentinels}', sentinel_master '${\$group->master_name}',
-		         key_prefix 'ha:');
-	GRANT USAGE ON FOREIGN SERVER ha TO PUBLIC;
-});
+add_server($node, 'ha',
+	qq{sentinel '${\$group->sentinels}', sentinel_master '${\$group->master_name}', key_prefix 'ha:'});
 session_query($s3, 'SET redislock.server = ha');
 works($s3, "BEGIN; SELECT redis_semaphore_acquire('sem', 2)", 't', 'sentinel: a transaction takes a permit');
 is($group->command($master, 'ZCARD', 'ha:sem'), '1', 'sentinel: it is on the master');
