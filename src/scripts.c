@@ -584,7 +584,9 @@ RedisScript stock_set_script = {
  * The members of a semaphore that stand for a backend's permits numbered
  * first to first + count - 1 ("<owner token>_<number>", redis-semaphore's
  * layout), passed to f in lists of at most 1000, which unpack() takes
- * whole into a command's arguments.
+ * whole into a command's arguments.  One permit, the common case, is named
+ * directly where it is written or removed: the tables and the closure
+ * would cost Redis more than the commands.
  */
 #define PERMIT_MEMBERS \
 	"local function permit_members(token, first, count, f)\n" \
@@ -629,6 +631,10 @@ RedisScript stock_set_script = {
 	"end\n" \
 	"local function stamp_permits(key, token, first, count, now, flag)\n" \
 	"  local score = string.format('%d', now)\n" \
+	"  if count == 1 and not flag then\n" \
+	"    redis.call('ZADD', key, score, token .. '_' .. first)\n" \
+	"    return\n" \
+	"  end\n" \
 	"  permit_members(token, first, count, function(members)\n" \
 	"    local args = {}\n" \
 	"    for _, member in ipairs(members) do\n" \
@@ -686,8 +692,8 @@ RedisScript semaphore_acquire_script = {
 	"local limit, asked = tonumber(ARGV[1]), tonumber(ARGV[2])\n"
 	"local first, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])\n"
 	"local now = expire_permits(KEYS[1], ttl)\n"
-	"local missing = missing_permits(KEYS[1], ARGV[3], first, asked)\n"
 	"local held = redis.call('ZCARD', KEYS[1])\n"
+	"local missing = held == 0 and asked or missing_permits(KEYS[1], ARGV[3], first, asked)\n"
 	"local woken = missing > 0 and woken_waiter(ARGV[7])\n"
 	"local full = held + missing > limit\n"
 	"if full or (woken and woken ~= ARGV[8]) then\n"
@@ -742,9 +748,13 @@ RedisScript semaphore_release_script = {
 	"local leaving = ARGV[8]\n"
 	"local popped = leaving and redis.pcall('LREM', ARGV[6], 0, leaving) == 0\n"
 	"local removed = 0\n"
-	"permit_members(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), function(members)\n"
-	"  removed = removed + redis.call('ZREM', KEYS[1], unpack(members))\n"
-	"end)\n"
+	"if ARGV[3] == '1' then\n"
+	"  removed = redis.call('ZREM', KEYS[1], ARGV[1] .. '_' .. ARGV[2])\n"
+	"else\n"
+	"  permit_members(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), function(members)\n"
+	"    removed = removed + redis.call('ZREM', KEYS[1], unpack(members))\n"
+	"  end)\n"
+	"end\n"
 	"if removed > 0 then\n"
 	"  announce(ARGV[6], ARGV[7])\n"
 	"elseif popped and redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[5]) then\n"
@@ -789,19 +799,24 @@ RedisScript semaphore_extend_script = {
  * anyone reads, and a reader finds a string key taken by its writer.  A
  * reader is renewed by scoring it anew (the key's expiry only ever moves
  * later).  lock_readers() returns the string value of a writer, or nil and
- * the live readers (after expiring the others); an exclusive acquire that
- * finds no reader but this backend's own converts the key (an upgrade).
+ * how many live readers there are (after expiring the others; nil when
+ * the key is absent), asking the key's type first rather than reading it
+ * as a string, which a reply of WRONGTYPE would make dear; an exclusive
+ * acquire that finds no reader but this backend's own converts the key (an
+ * upgrade).
  */
 #define LOCK_READERS \
 	NOW_MS \
 	KEEP_KEY \
 	"local function lock_readers(key)\n" \
-	"  local value = redis.pcall('GET', key)\n" \
-	"  if type(value) ~= 'table' then\n" \
-	"    return value or nil\n" \
+	"  local kind = redis.call('TYPE', key).ok\n" \
+	"  if kind == 'none' then\n" \
+	"    return nil\n" \
+	"  elseif kind == 'string' then\n" \
+	"    return redis.call('GET', key)\n" \
 	"  end\n" \
 	"  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now_ms()))\n" \
-	"  return nil, redis.call('ZRANGE', key, 0, -1)\n" \
+	"  return nil, redis.call('ZCARD', key)\n" \
 	"end\n" \
 	"local function read_until(key, token, ttl, fresh)\n" \
 	"  redis.call('ZADD', key, string.format('%d', now_ms() + ttl), token)\n" \
@@ -831,7 +846,7 @@ RedisScript shared_acquire_script = {
 	"local ttl = tonumber(ARGV[2])\n"
 	"local writer, readers = lock_readers(KEYS[1])\n"
 	"local woken = not writer and woken_waiter(ARGV[4])\n"
-	"local first = readers and #readers > 0 and not woken and redis.pcall('LINDEX', ARGV[3], 0)\n"
+	"local first = readers and readers > 0 and not woken and redis.pcall('LINDEX', ARGV[3], 0)\n"
 	"local behind = type(first) == 'string' and first ~= ARGV[5]\n"
 	"if (writer and writer ~= ARGV[1]) or (woken and woken ~= ARGV[5]) or behind then\n"
 	"  local pttl = (writer or behind) and redis.call('PTTL', KEYS[1]) or redis.pcall('PTTL', ARGV[4])\n"
@@ -850,7 +865,7 @@ RedisScript shared_acquire_script = {
 	"  end\n"
 	"  return 1\n"
 	"end\n"
-	"read_until(KEYS[1], ARGV[1], ttl, not readers or #readers == 0)\n"
+	"read_until(KEYS[1], ARGV[1], ttl, not readers or readers == 0)\n"
 	"if ARGV[5] then\n"
 	"  redis.pcall('LREM', ARGV[3], 0, ARGV[5])\n"
 	"end\n"
@@ -890,7 +905,7 @@ RedisScript shared_release_script = {
 	"  return 1\n"
 	"end\n"
 	"local ours = redis.call('ZREM', KEYS[1], ARGV[1])\n"
-	"if readers and #readers == ours then\n"
+	"if readers and readers == ours then\n"
 	"  announce(ARGV[2], ARGV[3])\n"
 	"elseif not readers and popped then\n"
 	"  local woken = woken_waiter(ARGV[3])\n"
