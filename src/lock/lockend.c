@@ -201,13 +201,44 @@ release_if_unheld(EndReleases *releases, HeldLock *lock)
 		remove_lock(lock);
 }
 
-/* Queue the releases gathered in the batch */
+/*
+ * Does the release of this shared hold go with its exclusive twin's, which
+ * ends in the same end?  The key is then our string, which the exclusive
+ * release deletes: a release of the shared hold after it would find the
+ * key gone and take its lease for lost.
+ */
+static bool
+ends_with_exclusive(const HeldLock *lock)
+{
+	HeldLock   *writer;
+
+	if (lock->mode != LOCK_MODE_SHARED)
+		return false;
+	writer = find_lock(lock->tag.serverid, lock->tag.key, lock->tag.keylen,
+					   LOCK_MODE_EXCLUSIVE);
+	return writer != NULL && total_holds(writer) == 0 &&
+		(writer->in_redis || writer->queued);
+}
+
+/*
+ * Queue the releases gathered in the batch; a shared hold released with
+ * its exclusive twin is forgotten at once
+ */
 static void
 queue_end_releases(RedisBatch *batch, EndReleases *releases)
 {
 	int			first = batch->ncalls;
+	int			n = 0;
 	int			i;
 
+	for (i = 0; i < releases->nlocks; i++)
+	{
+		if (ends_with_exclusive(releases->locks[i]))
+			remove_lock(releases->locks[i]);
+		else
+			releases->locks[n++] = releases->locks[i];
+	}
+	releases->nlocks = n;
 	if (releases->nlocks > 0)
 		queue_releases(batch, releases->locks, releases->nlocks, true);
 	for (i = first; i < batch->ncalls; i++)

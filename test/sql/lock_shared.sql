@@ -82,6 +82,14 @@ SELECT redis_lock_release_shared('rw:d');
 \! redis-cli -p $REDIS_PORT ZRANGE rw:d 0 -1
 \! redis-cli -p $REDIS_PORT DEL rw:d > /dev/null
 
+-- both modes for the transaction: its end releases the key once, quietly
+BEGIN;
+SELECT redis_lock_acquire('rw:k');
+SELECT redis_lock_acquire_shared('rw:k');
+COMMIT;
+\! redis-cli -p $REDIS_PORT EXISTS rw:k
+SELECT count(*) AS left_after_commit FROM redis_locks();
+
 -- a rolled-back savepoint ends the shared holds taken inside it
 BEGIN;
 SELECT redis_lock_acquire_shared('rw:e');
