@@ -137,6 +137,23 @@
 	"end\n"
 
 /*
+ * Remove a lock's readers whose lease has ended (LOCK_READERS), once sure
+ * that the sorted set at the key is a lock's readers (owner tokens,
+ * "pg:...", without the "_<number>" of a permit) and not a semaphore's,
+ * whose permits, scored by when they were taken, would all look expired:
+ * such a key is refused, and left alone, as a key of another type.
+ */
+#define EXPIRE_READERS \
+	NOW_MS \
+	"local function expire_readers(key)\n" \
+	"  local first = redis.call('ZRANGE', key, 0, 0)[1]\n" \
+	"  if first and (string.sub(first, 1, 3) ~= 'pg:' or string.find(first, '_%d+$')) then\n" \
+	"    error(redis.error_reply('WRONGTYPE the key holds a semaphore, not a lock'))\n" \
+	"  end\n" \
+	"  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now_ms()))\n" \
+	"end\n"
+
+/*
  * The steps of taking one lock, which the acquire of one lock and the
  * acquire of a set share, once the script has read the lock's value
  * (holder), its last fencing token (last), and, when the lock is free and
@@ -180,13 +197,13 @@
  */
 #define TAKE_LOCK \
 	QUEUE_WAITER \
-	NOW_MS \
+	EXPIRE_READERS \
 	"local function holder_of(lock, owner)\n" \
 	"  local value = redis.pcall('GET', lock)\n" \
 	"  if type(value) ~= 'table' then\n" \
 	"    return value or nil\n" \
 	"  end\n" \
-	"  redis.call('ZREMRANGEBYSCORE', lock, '-inf', string.format('%d', now_ms()))\n" \
+	"  expire_readers(lock)\n" \
 	"  for _, reader in ipairs(redis.call('ZRANGE', lock, 0, 1)) do\n" \
 	"    if reader ~= owner then\n" \
 	"      return reader\n" \
@@ -806,7 +823,7 @@ RedisScript semaphore_extend_script = {
  * upgrade).
  */
 #define LOCK_READERS \
-	NOW_MS \
+	EXPIRE_READERS \
 	KEEP_KEY \
 	"local function lock_readers(key)\n" \
 	"  local kind = redis.call('TYPE', key).ok\n" \
@@ -815,7 +832,7 @@ RedisScript semaphore_extend_script = {
 	"  elseif kind == 'string' then\n" \
 	"    return redis.call('GET', key)\n" \
 	"  end\n" \
-	"  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now_ms()))\n" \
+	"  expire_readers(key)\n" \
 	"  return nil, redis.call('ZCARD', key)\n" \
 	"end\n" \
 	"local function read_until(key, token, ttl, fresh)\n" \

@@ -27,8 +27,9 @@ SELECT redis_lock_acquire_shared('rw:a', 20000);
 SELECT key, scope, holds, mode, fence FROM redis_locks() ORDER BY key, mode;
 -- a plain SET NX locker finds the key taken
 \! redis-cli -p $REDIS_PORT SET rw:a other NX PX 1000
--- another client reads too, and this backend's holds stack
-\! redis-cli -p $REDIS_PORT ZADD rw:a $(( $(date +%s%3N) + 60000 )) other-reader
+-- another backend (of another PostgreSQL server) reads too, and this
+-- backend's holds stack
+\! redis-cli -p $REDIS_PORT ZADD rw:a $(( $(date +%s%3N) + 60000 )) pg:elsewhere:5432:4242:1:0123456789abcdef0123456789abcdef
 SELECT redis_lock_acquire_shared('rw:a');
 SELECT key, scope, holds, mode FROM redis_locks() ORDER BY key, mode;
 -- a reader is no writer: redis_lock_release() leaves the hold alone
@@ -45,11 +46,19 @@ SELECT redis_lock_acquire_session('rw:a', 1000, 200);
 SELECT redis_lock_acquire_shared_session('rw:b');
 SELECT redis_lock_acquire_shared_session('rw:b', 1000, 200);
 -- readers whose lease ended do not count
-\! redis-cli -p $REDIS_PORT ZADD rw:a 1000 other-reader > /dev/null
+\! redis-cli -p $REDIS_PORT ZADD rw:a 1000 pg:elsewhere:5432:4242:1:0123456789abcdef0123456789abcdef > /dev/null
 SELECT redis_lock_acquire_session('rw:a');
 \! redis-cli -p $REDIS_PORT TYPE rw:a
 SELECT redis_lock_release('rw:a');
 \! redis-cli -p $REDIS_PORT DEL rw:b > /dev/null
+
+-- a semaphore's key is not taken for a lock's readers, whose expiry would
+-- take its permits for readers gone: refused, and left alone
+\! redis-cli -p $REDIS_PORT ZADD rw:sem 1000 a7f40257-f46d-4715-8bc2-b3cef6dd5c93 > /dev/null
+SELECT regress_refusal($$SELECT redis_lock_acquire('rw:sem')$$);
+SELECT regress_refusal($$SELECT redis_lock_acquire_shared('rw:sem')$$);
+\! redis-cli -p $REDIS_PORT ZCARD rw:sem
+\! redis-cli -p $REDIS_PORT DEL rw:sem > /dev/null
 
 -- a backend's own holds never conflict: its exclusive hold covers its
 -- shared one, and when it ends the key becomes the readers' set again
@@ -73,7 +82,7 @@ SELECT redis_lock_release('rw:d');
 \! redis-cli -p $REDIS_PORT EXISTS rw:d
 -- ... but not while another client reads
 SELECT redis_lock_acquire_shared_session('rw:d');
-\! redis-cli -p $REDIS_PORT ZADD rw:d $(( $(date +%s%3N) + 60000 )) other-reader > /dev/null
+\! redis-cli -p $REDIS_PORT ZADD rw:d $(( $(date +%s%3N) + 60000 )) pg:elsewhere:5432:4242:1:0123456789abcdef0123456789abcdef > /dev/null
 SELECT redis_lock_acquire_session('rw:d');
 SELECT key, scope, holds, mode FROM redis_locks() ORDER BY key, mode;
 \! redis-cli -p $REDIS_PORT ZCARD rw:d
