@@ -3,7 +3,7 @@ EXTVERSION = 1.3
 
 MODULE_big = redislock
 OBJS = src/redislock.o src/guc.o src/compat.o src/keys.o src/scripts.o \
-	src/stats.o src/xact.o \
+	src/stockscripts.o src/stats.o src/xact.o \
 	src/io/resp.o src/io/node.o src/io/socket.o src/io/addressbook.o \
 	src/io/call.o src/io/pubsub.o \
 	src/server/option.o src/server/connection.o src/server/registry.o \

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * scripts.h
- *		The Lua scripts that redislock runs with EVALSHA (scripts.c).
+ *		The Lua scripts that redislock runs with EVALSHA: those of locks and
+ *		semaphores (scripts.c), and of stock (stockscripts.c).
  *
  *-------------------------------------------------------------------------
  */
