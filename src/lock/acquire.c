@@ -194,7 +194,7 @@ prepare_acquire_call(RedisCall *call, HeldLock *lock, int ttl_ms)
 	{
 		lock_call_init(call, lock, &semaphore_acquire_script);
 		call->nkeys = 1;
-		redis_call_arg(call, lock->tag.key, lock->tag.keylen);
+		add_lock_key(call, lock);
 		redis_call_int_arg(call, lock->limit);
 		redis_call_int_arg(call, lock->wait_permits);
 		add_token_arg(call);
@@ -209,7 +209,7 @@ prepare_acquire_call(RedisCall *call, HeldLock *lock, int ttl_ms)
 	{
 		lock_call_init(call, lock, &shared_acquire_script);
 		call->nkeys = 1;
-		redis_call_arg(call, lock->tag.key, lock->tag.keylen);
+		add_lock_key(call, lock);
 	}
 	else
 	{

@@ -554,7 +554,7 @@ lock_call_init(RedisCall *call, HeldLock *lock, const RedisScript *script)
 }
 
 /* Add the lock's key to a call */
-static void
+void
 add_lock_key(RedisCall *call, const HeldLock *lock)
 {
 	redis_call_arg(call, lock->tag.key, lock->tag.keylen);

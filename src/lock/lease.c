@@ -133,6 +133,23 @@ lock_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 }
 
 /*
+ * Start call, the script that renews what token holds at the sorted set
+ * rkey (a semaphore's permits, a lock's reader): the key and the token
+ * that both kinds of renewal begin with
+ */
+static void
+sorted_set_renewal(RedisCall *call, RedisConn *conn,
+				   const RedisScript *script, const char *rkey, int rkeylen,
+				   int slot, const char *token)
+{
+	redis_call_init(call, conn, script);
+	call->slot = slot;
+	call->nkeys = 1;
+	redis_call_arg(call, rkey, rkeylen);
+	redis_call_arg(call, token, strlen(token));
+}
+
+/*
  * Make call the script that renews the permits numbered 0 to permits - 1
  * that token holds of a semaphore, to ttl_ms, if every one of them is still
  * there: for the same callers as lock_extend_call().  The strings must
@@ -143,11 +160,8 @@ semaphore_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 					  int rkeylen, int slot, const char *token, int permits,
 					  int ttl_ms)
 {
-	redis_call_init(call, conn, &semaphore_extend_script);
-	call->slot = slot;
-	call->nkeys = 1;
-	redis_call_arg(call, rkey, rkeylen);
-	redis_call_arg(call, token, strlen(token));
+	sorted_set_renewal(call, conn, &semaphore_extend_script, rkey, rkeylen,
+					   slot, token);
 	redis_call_int_arg(call, permits);
 	redis_call_int_arg(call, ttl_ms);
 }
@@ -162,11 +176,8 @@ void
 shared_extend_call(RedisCall *call, RedisConn *conn, const char *rkey,
 				   int rkeylen, int slot, const char *token, int ttl_ms)
 {
-	redis_call_init(call, conn, &shared_extend_script);
-	call->slot = slot;
-	call->nkeys = 1;
-	redis_call_arg(call, rkey, rkeylen);
-	redis_call_arg(call, token, strlen(token));
+	sorted_set_renewal(call, conn, &shared_extend_script, rkey, rkeylen, slot,
+					   token);
 	redis_call_int_arg(call, ttl_ms);
 }
 

@@ -316,6 +316,7 @@ extern int	script_group_size(HeldLock **locks, const int *order, int n,
 							  bool release);
 extern void lock_call_init(RedisCall *call, HeldLock *lock,
 						   const RedisScript *script);
+extern void add_lock_key(RedisCall *call, const HeldLock *lock);
 extern void add_lock_keys(RedisCall *call, const HeldLock *lock);
 extern char *conn_owner_token(RedisConn *conn);
 extern void make_wake_channel(HeldLock *lock);

@@ -468,7 +468,11 @@ warn_not_held(FunctionCallInfo fcinfo, LockMode mode)
 	HeldLock   *reader = mode == LOCK_MODE_EXCLUSIVE ?
 		lookup_key_arg(fcinfo, LOCK_MODE_SHARED, NULL, NULL, NULL) : NULL;
 
-	if (mode == LOCK_MODE_SHARED)
+	if (mode == LOCK_MODE_SEMAPHORE)
+		ereport(WARNING,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("you do not hold Redis semaphore \"%s\"", key)));
+	else if (mode == LOCK_MODE_SHARED)
 		ereport(WARNING,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("you do not hold Redis lock \"%s\" in shared mode",
@@ -482,16 +486,18 @@ warn_not_held(FunctionCallInfo fcinfo, LockMode mode)
 }
 
 /*
- * End one hold of the key argument in mode.  The last hold releases the
- * lock in Redis, but only if it is still ours (prepare_release()).  Local
- * state changes only once Redis has answered, so a failed release can be
- * retried.
+ * End one hold of the key argument in mode; *permits receives the permits
+ * of a semaphore's hold.  The last hold releases the lock in Redis, but
+ * only if it is still ours (prepare_release()); any hold of a semaphore
+ * gives back its permits there.  Local state changes only once Redis has
+ * answered, so a failed release can be retried.
  */
 static bool
-release_lock(FunctionCallInfo fcinfo, LockMode mode)
+release_lock(FunctionCallInfo fcinfo, LockMode mode, int *permits)
 {
 	HeldLock   *lock = lookup_key_arg(fcinfo, mode, NULL, NULL, NULL);
 	RedisCall	call;
+	bool		last;
 	bool		released;
 
 	if (lock == NULL || total_holds(lock) == 0)
@@ -499,19 +505,31 @@ release_lock(FunctionCallInfo fcinfo, LockMode mode)
 		warn_not_held(fcinfo, mode);
 		return false;
 	}
-	if (total_holds(lock) > 1)
+	last = total_holds(lock) == 1;
+	*permits = permits_of_next_drop(lock);
+	if (!last && mode != LOCK_MODE_SEMAPHORE)
 	{
 		drop_one_hold(lock);
 		publish_lock(lock);
 		return true;
 	}
 
-	prepare_release(&call, lock, true);
+	if (last)
+		prepare_release(&call, lock, true);
+	else
+		prepare_permit_release(&call, lock, lock->permits - *permits,
+							   *permits, *permits, false);
 	redis_run(&call, 1);
 	released = (script_result(&call, user_key(lock)) == 1);
 	if (!released)
 		warn_lost(lock);
-	remove_lock(lock);
+	if (last)
+		remove_lock(lock);
+	else
+	{
+		drop_one_hold(lock);
+		publish_lock(lock);
+	}
 	return released;
 }
 
@@ -519,14 +537,18 @@ release_lock(FunctionCallInfo fcinfo, LockMode mode)
 Datum
 redis_lock_release(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(release_lock(fcinfo, LOCK_MODE_EXCLUSIVE));
+	int			permits;
+
+	PG_RETURN_BOOL(release_lock(fcinfo, LOCK_MODE_EXCLUSIVE, &permits));
 }
 
 /* redis_lock_release_shared(key): end one shared hold */
 Datum
 redis_lock_release_shared(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(release_lock(fcinfo, LOCK_MODE_SHARED));
+	int			permits;
+
+	PG_RETURN_BOOL(release_lock(fcinfo, LOCK_MODE_SHARED, &permits));
 }
 
 /*
@@ -757,43 +779,16 @@ redis_semaphore_acquire_session(PG_FUNCTION_ARGS)
 /*
  * redis_semaphore_release(key): end one hold of a semaphore, a session
  * hold first, else the innermost transaction hold, and give its permits
- * back.  Returns the permits given back, 0 when they had expired.  The
- * last hold gives back every permit the backend may have left in Redis.
- * Local state changes only once Redis has answered.
+ * back.  Returns the permits given back, 0 when they had expired or the
+ * backend holds none.  The last hold gives back every permit the backend
+ * may have left in Redis.
  */
 Datum
 redis_semaphore_release(PG_FUNCTION_ARGS)
 {
-	HeldLock   *lock = lookup_key_arg(fcinfo, LOCK_MODE_SEMAPHORE, NULL, NULL,
-									  NULL);
-	RedisCall	call;
-	int			permits;
-	bool		released;
+	int			permits = 0;
 
-	if (lock == NULL || total_holds(lock) == 0)
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("you do not hold Redis semaphore \"%s\"",
-						text_to_cstring(PG_GETARG_TEXT_PP(0)))));
+	if (!release_lock(fcinfo, LOCK_MODE_SEMAPHORE, &permits))
 		PG_RETURN_INT32(0);
-	}
-	permits = permits_of_next_drop(lock);
-	if (total_holds(lock) > 1)
-		prepare_permit_release(&call, lock, lock->permits - permits, permits,
-							   permits, false);
-	else
-		prepare_release(&call, lock, true);
-	redis_run(&call, 1);
-	released = script_result(&call, user_key(lock)) == 1;
-	if (!released)
-		warn_lost(lock);
-	if (total_holds(lock) > 1)
-	{
-		drop_one_hold(lock);
-		publish_lock(lock);
-	}
-	else
-		remove_lock(lock);
-	PG_RETURN_INT32(released ? permits : 0);
+	PG_RETURN_INT32(permits);
 }
