@@ -256,15 +256,28 @@ RedisScript acquire_script = {
  * Take every lock of a set, each as the acquire script takes one
  * (TAKE_LOCK), or none: every lock and its last token are checked before
  * anything is written, so a set that cannot be taken whole leaves nothing
- * behind, not even a token drawn.  Each lock is read as the acquire
- * script reads it, its handoff key only when it is free and its last
- * token only when it may be taken, and the clock once for the set.  A set
- * attempt never waits, so it never queues: the wait is for one lock, by
- * the acquire script.  Answers an array, an answer per lock in the order
- * of the keys: every lock's token when all are taken; otherwise the
- * refusal's number, or the error reply, of the first lock that could not
- * be taken (as the acquire of that lock alone would fail), and false
- * (nil) for the others.
+ * behind, not even a token drawn.  A set attempt never waits, so it never
+ * queues: the wait is for one lock, by the acquire script.  Answers an
+ * array, an answer per lock in the order of the keys: every lock's token
+ * when all are taken; otherwise the refusal's number, or the error reply,
+ * of the first lock that could not be taken (as the acquire of that lock
+ * alone would fail), and false (nil) for the others.
+ *
+ * What a script costs Redis is mostly the commands it calls, each several
+ * times what the command itself does, and the Lua tables it grows, each
+ * reallocated at every power of two.  So the set is read in one MGET of
+ * the locks and their last tokens and one of the handoff keys, and one
+ * EXISTS of the locks and tokens tells, by their count, whether each that
+ * MGET found unset is free or missing and not a key of another type (a
+ * lock's readers, say); the tokens drawn then take the place of the
+ * values read, in a table that need not grow, and a nil after them ends
+ * the answer there.  When some key is of another type, every lock is read
+ * as the acquire script reads it (read_each()): its handoff key only when
+ * it is free, its last token only when it may be taken, and a key that
+ * cannot be a lock (a semaphore's) is that lock's error, which pcall()
+ * gives as a string.  A handoff key that cannot be read (a Cluster slot
+ * migration took it elsewhere) names no woken waiter, as for the acquire
+ * of one lock.  The clock is read once for the set.
  * KEYS: lock, fencing token, for each lock.  ARGV: owner token, ttl in ms,
  * then the handoff key of each lock.
  */
@@ -281,26 +294,50 @@ RedisScript acquire_set_script = {
 	"  answers[i] = answer\n"
 	"  return answers\n"
 	"end\n"
-	"local last, woken = {}, {}\n"
+	"local function read_each(values, handoffs)\n"
+	"  for i = 1, n do\n"
+	"    local read, holder = pcall(holder_of, KEYS[2 * i - 1], ARGV[1])\n"
+	"    if not read then\n"
+	"      holder = redis.error_reply(holder)\n"
+	"    end\n"
+	"    local woken = read and not holder and woken_waiter(ARGV[2 + i])\n"
+	"    values[2 * i - 1], handoffs[i] = holder or false, woken or false\n"
+	"    values[2 * i] = read and may_take(holder, woken, ARGV[1]) and redis.pcall('GET', KEYS[2 * i])\n"
+	"  end\n"
+	"end\n"
+	"local values = redis.call('MGET', unpack(KEYS))\n"
+	"local handoffs = redis.pcall('MGET', unpack(ARGV, 3))\n"
+	"if handoffs.err then\n"
+	"  handoffs = {}\n"
+	"end\n"
+	"local set = 0\n"
+	"for i = 1, 2 * n do\n"
+	"  set = values[i] and set + 1 or set\n"
+	"end\n"
+	"if set < 2 * n and redis.call('EXISTS', unpack(KEYS)) > set then\n"
+	"  read_each(values, handoffs)\n"
+	"end\n"
 	"for i = 1, n do\n"
-	"  local holder = holder_of(KEYS[2 * i - 1], ARGV[1])\n"
-	"  woken[i] = not holder and woken_waiter(ARGV[2 + i])\n"
-	"  if not may_take(holder, woken[i], ARGV[1]) then\n"
+	"  local holder, last = values[2 * i - 1] or nil, values[2 * i]\n"
+	"  if type(holder) == 'table' then\n"
+	"    return only(i, holder)\n"
+	"  end\n"
+	"  if not may_take(holder, not holder and handoffs[i], ARGV[1]) then\n"
 	"    return only(i, refusal(KEYS[2 * i - 1], holder, ARGV[2], nil, ARGV[2 + i]))\n"
 	"  end\n"
-	"  last[i] = redis.pcall('GET', KEYS[2 * i])\n"
-	"  local err = type(last[i]) == 'table' and last[i] or bad_token(last[i])\n"
+	"  local err = type(last) == 'table' and last or bad_token(last)\n"
 	"  if err then\n"
 	"    return only(i, err)\n"
 	"  end\n"
 	"end\n"
 	"local now = clock()\n"
-	"local tokens = {}\n"
 	"for i = 1, n do\n"
-	"  tokens[i] = next_token(last[i], now)\n"
-	"  grant(KEYS[2 * i - 1], KEYS[2 * i], ARGV[1], ARGV[2], tokens[i], nil, ARGV[2 + i], nil, woken[i])\n"
+	"  local woken = not values[2 * i - 1] and handoffs[i]\n"
+	"  values[i] = next_token(values[2 * i], now)\n"
+	"  grant(KEYS[2 * i - 1], KEYS[2 * i], ARGV[1], ARGV[2], values[i], nil, ARGV[2 + i], nil, woken)\n"
 	"end\n"
-	"return tokens\n"
+	"values[n + 1] = nil\n"
+	"return values\n"
 };
 
 /*
@@ -364,7 +401,16 @@ RedisScript release_script = {
 /*
  * Release several locks, each as the release script releases one
  * (RELEASE_LOCK), whatever became of the others, and answer an array: 1,
- * 0 or an error reply for each, in the order of the keys.
+ * 0 or an error reply for each, in the order of the keys, or one answer
+ * for all of them.  As in the acquire of a set, commands and growing
+ * tables are what a script pays for: the locks are read in one MGET (a
+ * key of another type reads as nil, not ours, as its GET's WRONGTYPE
+ * says); when all are ours, as they nearly always are, they are deleted
+ * in one DEL, one EXISTS of their waiters' queues and handoff keys spares
+ * the announcements when nobody waits, and one 1 (or DEL's error) answers
+ * for all.  Otherwise, or when the releasing backend leaves the queues,
+ * which decides each lock's wake-up, each lock is released as the release
+ * script releases it, and answers in the table that MGET filled.
  * KEYS: the locks.  ARGV: owner token, then for each lock its waiters and
  * handoff keys, and, when one of the locks has one, the wake channel of
  * the releasing backend ('' for none).
@@ -373,13 +419,29 @@ RedisScript release_set_script = {
 	"release_set",
 	RELEASE_LOCK
 	"local stride = (#ARGV - 1) / #KEYS\n"
-	"local answers = {}\n"
-	"for i = 1, #KEYS do\n"
-	"  local arg = stride * (i - 1) + 1\n"
-	"  local leaving = stride == 3 and ARGV[arg + 3] ~= '' and ARGV[arg + 3] or nil\n"
-	"  answers[i] = release(KEYS[i], ARGV[1], ARGV[arg + 1], ARGV[arg + 2], leaving)\n"
+	"local answers = stride == 2 and redis.call('MGET', unpack(KEYS)) or {}\n"
+	"local ours = 0\n"
+	"for i = 1, #answers do\n"
+	"  ours = answers[i] == ARGV[1] and ours + 1 or ours\n"
 	"end\n"
-	"return answers\n"
+	"if ours < #KEYS then\n"
+	"  for i = 1, #KEYS do\n"
+	"    local arg = stride * (i - 1) + 1\n"
+	"    local leaving = stride == 3 and ARGV[arg + 3] ~= '' and ARGV[arg + 3] or nil\n"
+	"    answers[i] = release(KEYS[i], ARGV[1], ARGV[arg + 1], ARGV[arg + 2], leaving)\n"
+	"  end\n"
+	"  return answers\n"
+	"end\n"
+	"local deleted = redis.pcall('DEL', unpack(KEYS))\n"
+	"if type(deleted) == 'table' then\n"
+	"  return deleted\n"
+	"end\n"
+	"if redis.pcall('EXISTS', unpack(ARGV, 2)) ~= 0 then\n"
+	"  for i = 1, #KEYS do\n"
+	"    announce(ARGV[2 * i], ARGV[2 * i + 1])\n"
+	"  end\n"
+	"end\n"
+	"return 1\n"
 };
 
 /*

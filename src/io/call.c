@@ -112,8 +112,8 @@ redis_call_add_parts(RedisCall *call, int nparts)
 /*
  * After a run, give the parts of a call on several keys what they need
  * for their messages (the node), and, when the call's reply was not the
- * array of their answers (an error reply, or none), that reply as each
- * part's own.
+ * array of their answers (an error reply, one answer for all, or none),
+ * that reply as each part's own.
  */
 void
 redis_call_spread_reply(RedisCall *call)

@@ -251,7 +251,8 @@ typedef struct RedisCall
 	/*
 	 * A script call on several keys answers an array, an answer per key:
 	 * each is taken as the reply of a part, in the order of the keys; a
-	 * reply that is not such an array (an error, none) is every part's.
+	 * reply that is not such an array (an error, one answer for all, none)
+	 * is every part's.
 	 */
 	struct RedisCall *parts;	/* palloc'd, NULL for a call on one key */
 	int			nparts;

@@ -59,3 +59,22 @@ SELECT redis_lock_acquire_all('{sets:e,sets:f}');
 ROLLBACK TO SAVEPOINT s;
 \! redis-cli -p $REDIS_PORT EXISTS sets:e sets:f
 COMMIT;
+
+-- a key that others read is taken by nobody's set, and a semaphore's key
+-- is of another type: nothing is taken, nothing is left behind
+\! redis-cli -p $REDIS_PORT ZADD sets:g $(( $(date +%s%3N) + 60000 )) pg:elsewhere:5432:4242:1:0123456789abcdef0123456789abcdef > /dev/null
+SELECT redis_lock_acquire_all_session('{sets:a,sets:g}');
+\! redis-cli -p $REDIS_PORT ZADD sets:h 1000 a7f40257-f46d-4715-8bc2-b3cef6dd5c93 > /dev/null
+SELECT regress_refusal($$SELECT redis_lock_acquire_all_session('{sets:a,sets:h}')$$);
+\! redis-cli -p $REDIS_PORT EXISTS sets:a
+SELECT count(*) AS held FROM redis_locks();
+-- once their lease ended, the readers do not count
+\! redis-cli -p $REDIS_PORT ZADD sets:g 1000 pg:elsewhere:5432:4242:1:0123456789abcdef0123456789abcdef > /dev/null
+SELECT redis_lock_acquire_all_session('{sets:a,sets:g}');
+\! redis-cli -p $REDIS_PORT TYPE sets:g
+-- a lock of the set lost meanwhile is reported, and the others released
+\! redis-cli -p $REDIS_PORT SET sets:g other-owner PX 60000 > /dev/null
+SELECT redis_lock_release_all();
+\! redis-cli -p $REDIS_PORT MGET sets:a sets:g
+SELECT count(*) AS held FROM redis_locks();
+\! redis-cli -p $REDIS_PORT DEL sets:g sets:h > /dev/null
