@@ -267,8 +267,8 @@ RedisScript acquire_script = {
  * times what the command itself does, and the Lua tables it grows, each
  * reallocated at every power of two.  So the set is read in one MGET of
  * the locks and their last tokens and one of the handoff keys, and one
- * EXISTS of the locks and tokens tells, by their count, whether each that
- * MGET found unset is free or missing and not a key of another type (a
+ * EXISTS of the locks and tokens tells, by their count, whether every one
+ * that MGET found unset is missing, and none a key of another type (a
  * lock's readers, say); the tokens drawn then take the place of the
  * values read, in a table that need not grow, and a nil after them ends
  * the answer there.  When some key is of another type, every lock is read
