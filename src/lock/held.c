@@ -154,11 +154,12 @@ untouch_lock(HeldLock *lock)
  * fail between Redis granting the lock and the backend recording it.  Its
  * entry in the shared lock table is claimed first, so that a full table
  * leaves nothing behind; it shows the lock awaited for a session hold or
- * a transaction hold, as session says.
+ * a transaction hold, as session says, and for a semaphore the permits
+ * asked for (wait_permits; 0 for a lock).
  */
 HeldLock *
 create_lock(RedisConn *conn, const char *rkey, int rkeylen, LockMode mode,
-			bool session)
+			bool session, int wait_permits)
 {
 	LockTag		tag;
 	HeldLock   *lock;
@@ -169,6 +170,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, LockMode mode,
 
 	waiting.mode = mode;
 	waiting.session = session;
+	waiting.wait_permits = wait_permits;
 	waiting.waiting_since = GetCurrentTimestamp();
 	(void) conn_owner_token(conn);
 	shared = locktable_claim(conn, rkey, rkeylen, &waiting);
@@ -209,7 +211,7 @@ create_lock(RedisConn *conn, const char *rkey, int rkeylen, LockMode mode,
 	lock->npermit_holds = 0;
 	lock->maxpermit_holds = 0;
 	lock->permits = 0;
-	lock->wait_permits = 0;
+	lock->wait_permits = wait_permits;
 	lock->permits_reserved = 0;
 	lock->limit = 0;
 	lock->in_redis = false;

@@ -292,7 +292,7 @@ extern bool other_mode_holds(const HeldLock *lock);
 extern void touch_lock(HeldLock *lock);
 extern void untouch_lock(HeldLock *lock);
 extern HeldLock *create_lock(RedisConn *conn, const char *rkey, int rkeylen,
-							 LockMode mode, bool session);
+							 LockMode mode, bool session, int wait_permits);
 extern void remove_lock(HeldLock *lock);
 extern int	total_holds(const HeldLock *lock);
 extern void lock_state(const HeldLock *lock, RedisLockState *state);

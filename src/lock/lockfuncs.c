@@ -176,17 +176,19 @@ ask_for_renewal(const HeldLock *lock)
 
 /*
  * The entry of a lock about to be asked for in Redis, for a session or a
- * transaction hold: made anew, or kept from an earlier attempt and awaited
- * again
+ * transaction hold, and for a semaphore the permits asked for
+ * (wait_permits; 0 for a lock): made anew, or kept from an earlier attempt
+ * or an earlier hold and awaited again
  */
 static HeldLock *
 lock_to_await(HeldLock *lock, RedisConn *conn, const char *rkey, int rkeylen,
-			  LockMode mode, bool session)
+			  LockMode mode, bool session, int wait_permits)
 {
 	if (lock == NULL)
-		return create_lock(conn, rkey, rkeylen, mode, session);
+		return create_lock(conn, rkey, rkeylen, mode, session, wait_permits);
 	lock->waiting_since = GetCurrentTimestamp();
 	lock->wait_session = session;
+	lock->wait_permits = wait_permits;
 	publish_lock(lock);
 	return lock;
 }
@@ -222,7 +224,7 @@ share_own_lock(HeldLock *writer, HeldLock *lock, bool session, int ttl_ms)
 	(void) renew_held_lock(writer, ttl_ms, ERROR);
 	publish_lock(writer);
 	lock = lock_to_await(lock, writer->conn, writer->tag.key,
-						 writer->tag.keylen, LOCK_MODE_SHARED, session);
+						 writer->tag.keylen, LOCK_MODE_SHARED, session, 0);
 	lock->in_redis = true;
 	lock->acquired_at = start;
 	set_lease(lock, ttl_ms, start);
@@ -258,7 +260,7 @@ acquire_lock(FunctionCallInfo fcinfo, LockMode mode, bool session)
 		lock = share_own_lock(writer, lock, session, ttl_ms);
 	else
 	{
-		lock = lock_to_await(lock, conn, rkey, rkeylen, mode, session);
+		lock = lock_to_await(lock, conn, rkey, rkeylen, mode, session, 0);
 		if (!acquire_in_redis(lock, ttl_ms, wait_ms))
 		{
 			remove_lock(lock);
@@ -421,7 +423,7 @@ acquire_lock_set(FunctionCallInfo fcinfo, bool session)
 		else
 		{
 			lock = lock_to_await(lock, conn, keys[i].rkey, keys[i].rkeylen,
-								 LOCK_MODE_EXCLUSIVE, session);
+								 LOCK_MODE_EXCLUSIVE, session, 0);
 			absent[nabsent++] = lock;
 		}
 		locks[i] = lock;
@@ -735,10 +737,8 @@ acquire_semaphore(FunctionCallInfo fcinfo, bool session)
 	if (lock != NULL && total_holds(lock) > 0)
 		(void) renew_held_lock(lock, ttl_ms, ERROR);
 	lock = lock_to_await(lock, conn, rkey, rkeylen, LOCK_MODE_SEMAPHORE,
-						 session);
+						 session, permits);
 	lock->limit = lim;
-	lock->wait_permits = permits;
-	publish_lock(lock);
 	if (!acquire_in_redis(lock, ttl_ms, wait_ms))
 	{
 		if (total_holds(lock) == 0)
