@@ -158,6 +158,22 @@ sub master_name
 
 =pod
 
+=item $group->server_options
+
+The options of a redislock server that reaches the master through these
+Sentinels: C<sentinel '...', sentinel_master '...'>, for an OPTIONS list.
+
+=cut
+
+sub server_options
+{
+	my ($self) = @_;
+	return sprintf("sentinel '%s', sentinel_master '%s'",
+		$self->sentinels, $self->master_name);
+}
+
+=pod
+
 =item $group->master_port
 
 The port of the master, as a running Sentinel gives it

@@ -117,7 +117,7 @@ my $snode = RedisLockTest->new_node('end_errors_sentinel', $group->node($master)
 $snode->safe_psql(
 	'postgres', qq{
 	CREATE SERVER ha FOREIGN DATA WRAPPER redislock
-		OPTIONS (sentinel '${\$group->sentinels}', sentinel_master '${\$group->master_name}');
+		OPTIONS (${\$group->server_options});
 	CREATE USER MAPPING FOR PUBLIC SERVER ha
 		OPTIONS (password 'pw', sentinel_username 'sapp', sentinel_password 'sapw');
 	ALTER DATABASE postgres SET redislock.server = ha;

@@ -311,8 +311,7 @@ diag sprintf 'redlock case done after %d s', time - $t0;
 # --- Sentinel: a master under one Sentinel
 my $group = RedisSentinel->start_sentinel_group(replicas => 0, sentinels => 1);
 my $master = $group->master_port;
-add_server($node, 'ha',
-	qq{sentinel '${\$group->sentinels}', sentinel_master '${\$group->master_name}', key_prefix 'ha:'});
+add_server($node, 'ha', $group->server_options . ", key_prefix 'ha:'");
 session_query($s3, 'SET redislock.server = ha');
 works($s3, "BEGIN; SELECT redis_semaphore_acquire('sem', 2)", 't', 'sentinel: a transaction takes a permit');
 is($group->command($master, 'ZCARD', 'ha:sem'), '1', 'sentinel: it is on the master');

@@ -236,8 +236,7 @@ diag sprintf 'redlock case done after %d s', time - $t0;
 # --- Sentinel: a master under one Sentinel
 my $group = RedisSentinel->start_sentinel_group(replicas => 0, sentinels => 1);
 my $master = $group->master_port;
-add_server($node, 'ha',
-	qq{sentinel '${\$group->sentinels}', sentinel_master '${\$group->master_name}', key_prefix 'ha:'});
+add_server($node, 'ha', $group->server_options . ", key_prefix 'ha:'");
 session_query($s3, 'SET redislock.server = ha');
 works($s3, "BEGIN; SELECT redis_lock_acquire_shared('k')", 't', 'sentinel: a reader');
 is($group->command($master, 'ZCARD', 'ha:k'), '1', 'sentinel: on the master');
